@@ -1,0 +1,576 @@
+//! Connection datagrams: a data frame, acknowledgements and pings, in any combination.
+//!
+//! ```text
+//! type: 0 D w w A P Q 0
+//! [frame id: w+1 bytes, truncated]  if D   (implicit: full u32)
+//! [ping id: u8]                     if P
+//! [ping ack id: u8]                 if Q
+//! [ack section]                     if A
+//! [messages ...]                    if D   (none at all: a sentinel frame)
+//! check: u32
+//! ```
+//!
+//! A datagram without `D` is not a frame: it is never acknowledged and never resent, which
+//! is how acknowledgements and pings travel outside the transfer queue (spec §3.1, §3.1.3).
+//! With `D` it is exactly one frame of the spec, so acknowledgements are piggybacked on
+//! data whenever both are due.
+//!
+//! Ack section (ranges of received frame ids, newest first; gaps are "not stated", never
+//! "lost"):
+//!
+//! ```text
+//! head: u8 = range count - 1 (bits 0-5; bits 6-7 zero)
+//! largest: u16, the low bits of the newest acknowledged id   (implicit: full u32)
+//! len_0 - 1: varint
+//! { gap - 1: varint, len - 1: varint }  for each further range
+//! ```
+//!
+//! Truncated ids are expanded by the receiver (see [`Expand`]); the full values enter the
+//! integrity check right after their fields.
+
+use bytes::BufMut;
+
+use super::check::{Check, Key};
+use super::codec::{Reader, put_uint, put_varint, varint_len};
+use super::message::{Implicit, Message, NoImplicit, RunContext};
+use super::{CHECK_LEN, DecodeError, Field};
+use crate::seq::{FRAME_WINDOW, SeqSpace};
+
+/// Most ranges one ack section may carry.
+pub const MAX_ACK_RANGES: usize = 64;
+
+const D: u8 = 0x40;
+const A: u8 = 0x08;
+const P: u8 = 0x04;
+const Q: u8 = 0x02;
+
+/// An inclusive range of frame ids, `first..=last` in modular order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AckRange {
+    /// Oldest id of the range.
+    pub first: u32,
+    /// Newest id of the range.
+    pub last: u32,
+}
+
+/// How a receiver turns truncated ids back into full ones, from its own state.
+pub trait Expand {
+    /// A frame id sent as its low `bytes` bytes.
+    fn frame_id(&self, truncated: u32, bytes: u32) -> u32;
+    /// The newest acknowledged frame id, sent as its low 16 bits.
+    fn ack_largest(&self, truncated: u16) -> u32;
+    /// A packet id on `channel`, sent as its low 16 bits.
+    fn packet_id(&self, channel: u8, truncated: u16) -> u32;
+}
+
+/// The non-message parts of a connection datagram to encode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataHeader<'r> {
+    /// The frame id and how many of its low bytes to send (1 to 4), if this is a frame.
+    pub frame: Option<(u32, u32)>,
+    /// A ping to be echoed.
+    pub ping: Option<u8>,
+    /// The echo of a received ping.
+    pub ping_ack: Option<u8>,
+    /// Acknowledged ranges, newest first, at most [`MAX_ACK_RANGES`].
+    pub acks: &'r [AckRange],
+}
+
+impl DataHeader<'_> {
+    /// Bytes this header takes, type byte and check included.
+    pub fn len(&self) -> usize {
+        1 + self.frame.map_or(0, |(_, b)| b as usize)
+            + usize::from(self.ping.is_some())
+            + usize::from(self.ping_ack.is_some())
+            + ack_section_len(self.acks)
+            + CHECK_LEN
+    }
+
+    /// Whether the header carries nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.frame.is_none() && self.ping.is_none() && self.ping_ack.is_none() && self.acks.is_empty()
+    }
+}
+
+/// Bytes an ack section with these ranges takes (0 for none).
+pub fn ack_section_len(ranges: &[AckRange]) -> usize {
+    let Some(first) = ranges.first() else { return 0 };
+    let s = SeqSpace::FRAME;
+    let mut len = 1 + 2 + varint_len(s.distance(first.first, first.last));
+    for (newer, older) in ranges.iter().zip(ranges.iter().skip(1)) {
+        len += varint_len(s.distance(older.last, newer.first) - 2) + varint_len(s.distance(older.first, older.last));
+    }
+    len
+}
+
+/// Writes one connection datagram: header first, then messages, then the check.
+#[derive(Debug)]
+pub struct DataWriter<'o, B> {
+    out: &'o mut B,
+    start: usize,
+    checked: usize,
+    check: Check,
+    run: RunContext,
+}
+
+#[derive(Default)]
+struct Pending(Option<(usize, u32)>);
+
+impl Implicit for Pending {
+    fn implicit(&mut self, end: usize, full: u32) {
+        self.0 = Some((end, full));
+    }
+}
+
+impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
+    /// Starts a datagram in `out` (appending to what is there) with the given header.
+    pub fn new(out: &'o mut B, key: Key, header: &DataHeader<'_>) -> Self {
+        debug_assert!(!header.is_empty() && header.acks.len() <= MAX_ACK_RANGES);
+        let start = out.as_ref().len();
+        let mut w = Self { out, start, checked: start, check: Check::new(key), run: RunContext::default() };
+        let mut ty = 0;
+        if let Some((_, bytes)) = header.frame {
+            debug_assert!((1..=4).contains(&bytes));
+            ty |= D | (((bytes - 1) as u8) << 4);
+        }
+        if !header.acks.is_empty() {
+            ty |= A;
+        }
+        if header.ping.is_some() {
+            ty |= P;
+        }
+        if header.ping_ack.is_some() {
+            ty |= Q;
+        }
+        w.out.put_u8(ty);
+        if let Some((id, bytes)) = header.frame {
+            put_uint(w.out, id, bytes as usize);
+            w.implicit(id);
+        }
+        if let Some(p) = header.ping {
+            w.out.put_u8(p);
+        }
+        if let Some(p) = header.ping_ack {
+            w.out.put_u8(p);
+        }
+        if let Some(first) = header.acks.first() {
+            let s = SeqSpace::FRAME;
+            w.out.put_u8((header.acks.len() - 1) as u8);
+            w.out.put_u16_le(first.last as u16);
+            w.implicit(first.last);
+            put_varint(w.out, s.distance(first.first, first.last));
+            for (newer, older) in header.acks.iter().zip(header.acks.iter().skip(1)) {
+                put_varint(w.out, s.distance(older.last, newer.first) - 2);
+                put_varint(w.out, s.distance(older.first, older.last));
+            }
+        }
+        w
+    }
+
+    fn implicit(&mut self, full: u32) {
+        self.implicit_at(self.out.as_ref().len(), full);
+    }
+
+    /// Feeds the check with everything written since the last implicit value, then `full`.
+    fn implicit_at(&mut self, end: usize, full: u32) {
+        self.check.bytes(self.out.as_ref().get(self.checked..end).unwrap_or_default());
+        self.check.implicit(full);
+        self.checked = end;
+    }
+
+    /// Size `m` would take if appended now (see [`RunContext::encoded_len`]).
+    pub fn message_len(&self, m: &Message<'_>, short_id: bool, last: bool) -> usize {
+        self.run.encoded_len(m, short_id, last)
+    }
+
+    /// Appends a message. `last` must be set on the final message of the frame (it then
+    /// omits its length); `short_id` allows a 16-bit explicit id.
+    pub fn message(&mut self, m: &Message<'_>, short_id: bool, last: bool) {
+        let mut pending = Pending::default();
+        self.run.encode(m, short_id, last, self.out, &mut pending);
+        if let Some((end, full)) = pending.0 {
+            self.implicit_at(end, full);
+        }
+    }
+
+    /// Bytes written so far (check excluded).
+    pub fn len(&self) -> usize {
+        self.out.as_ref().len() - self.start
+    }
+
+    /// Whether nothing has been written (never true: the type byte comes first).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends the check; returns the datagram's length.
+    pub fn finish(mut self) -> usize {
+        self.check.bytes(self.out.as_ref().get(self.checked..).unwrap_or_default());
+        let c = self.check.finish();
+        self.out.put_u32_le(c);
+        self.out.as_ref().len() - self.start
+    }
+}
+
+/// A decoded and verified connection datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Data<'a> {
+    /// The frame id, if the datagram is a frame.
+    pub frame_id: Option<u32>,
+    /// A ping to echo.
+    pub ping: Option<u8>,
+    /// An echoed ping.
+    pub ping_ack: Option<u8>,
+    acks: Option<AckSection<'a>>,
+    messages: &'a [u8],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AckSection<'a> {
+    largest: u32,
+    count: usize,
+    body: &'a [u8],
+}
+
+/// Feeds the check with the input up to each truncated field, then its full value.
+struct Verify<'a> {
+    input: &'a [u8],
+    checked: usize,
+    check: Check,
+}
+
+impl Verify<'_> {
+    fn at(&mut self, end: usize, full: u32) {
+        self.check.bytes(self.input.get(self.checked..end).unwrap_or_default());
+        self.check.implicit(full);
+        self.checked = end;
+    }
+}
+
+impl Implicit for Verify<'_> {
+    fn implicit(&mut self, end: usize, full: u32) {
+        self.at(end, full);
+    }
+}
+
+impl<'a> Data<'a> {
+    /// Decodes a connection datagram keyed with `key`, expanding truncated ids with `ctx`.
+    /// Every field is validated and the check verified before this returns `Ok`; nothing is
+    /// allocated.
+    ///
+    /// The caller must not change the state `ctx` reads until it has finished iterating
+    /// [`Data::messages`], which expands ids again.
+    pub fn decode(datagram: &'a [u8], key: Key, ctx: &impl Expand) -> Result<Self, DecodeError> {
+        let ty = super::peek_type(datagram)?;
+        if ty & 0x80 != 0 {
+            return Err(DecodeError::UnknownType(ty));
+        }
+        let (body, check) = datagram.split_at(datagram.len() - CHECK_LEN);
+        let (data, computed) = Self::parse(body, key, ctx)?;
+        if computed.to_le_bytes() != check {
+            return Err(DecodeError::BadChecksum);
+        }
+        Ok(data)
+    }
+
+    /// The check a sender would append to `body` (a connection datagram without its check)
+    /// for a receiver expanding ids with `ctx`. Lets tests and fuzzers craft datagrams that
+    /// pass the integrity check.
+    #[doc(hidden)]
+    pub fn seal(body: &[u8], key: Key, ctx: &impl Expand) -> Result<u32, DecodeError> {
+        match body.first() {
+            None => Err(DecodeError::TooShort { len: 0 }),
+            Some(&ty) if ty & 0x80 != 0 => Err(DecodeError::UnknownType(ty)),
+            Some(_) => Data::parse(body, key, ctx).map(|(_, c)| c),
+        }
+    }
+
+    /// Parses and validates `body` (type byte up to the check), expanding ids with `ctx`;
+    /// returns the datagram and the check computed over it.
+    fn parse(body: &'a [u8], key: Key, ctx: &impl Expand) -> Result<(Self, u32), DecodeError> {
+        let mut v = Verify { input: body, checked: 0, check: Check::new(key) };
+        let mut r = Reader::new(body);
+        let ty = r.u8(Field::Type)?;
+        let frame_id = if ty & D != 0 {
+            let bytes = u32::from((ty >> 4) & 0b11) + 1;
+            let t = r.uint(bytes as usize, Field::FrameId)?;
+            let full = ctx.frame_id(t, bytes);
+            v.at(r.position(), full);
+            Some(full)
+        } else {
+            None
+        };
+        let ping = if ty & P != 0 { Some(r.u8(Field::Ping)?) } else { None };
+        let ping_ack = if ty & Q != 0 { Some(r.u8(Field::Ping)?) } else { None };
+        let acks = if ty & A != 0 {
+            let head = r.u8(Field::AckRanges)?;
+            if head & 0xC0 != 0 {
+                return Err(DecodeError::ReservedBits(Field::AckRanges));
+            }
+            let count = usize::from(head) + 1;
+            let largest = ctx.ack_largest(r.uint(2, Field::AckRanges)? as u16);
+            v.at(r.position(), largest);
+            let from = r.position();
+            let mut span: u64 = 0;
+            for i in 0..count {
+                if i > 0 {
+                    span += u64::from(r.varint(Field::AckRanges)?) + 1;
+                }
+                span += u64::from(r.varint(Field::AckRanges)?) + 1;
+                if span > u64::from(FRAME_WINDOW) {
+                    return Err(DecodeError::OutOfRange(Field::AckSpan));
+                }
+            }
+            Some(AckSection { largest, count, body: body.get(from..r.position()).unwrap_or_default() })
+        } else {
+            None
+        };
+        let messages = r.rest();
+        if frame_id.is_some() {
+            let mut run = RunContext::default();
+            let mut mr = Reader::new(messages);
+            let offset = r.position();
+            let mut expand = |ch: u8, t: u16| ctx.packet_id(ch, t);
+            // Message positions are relative to the messages region.
+            let mut shifted = Shift { inner: &mut v, offset };
+            while !mr.is_empty() {
+                run.decode(&mut mr, &mut expand, &mut shifted)?;
+            }
+        } else if !messages.is_empty() {
+            return Err(DecodeError::TrailingBytes);
+        }
+        let Verify { checked, mut check, .. } = v;
+        check.bytes(body.get(checked..).unwrap_or_default());
+        Ok((Self { frame_id, ping, ping_ack, acks, messages }, check.finish()))
+    }
+
+    /// The acknowledged ranges, newest first.
+    pub fn acks(&self) -> AckRanges<'a> {
+        match self.acks {
+            Some(a) => AckRanges { next_last: Some(a.largest), left: a.count, r: Reader::new(a.body), first: true },
+            None => AckRanges { next_last: None, left: 0, r: Reader::new(&[]), first: true },
+        }
+    }
+
+    /// The newest acknowledged frame id, if any.
+    pub fn ack_largest(&self) -> Option<u32> {
+        self.acks.map(|a| a.largest)
+    }
+
+    /// The messages of the frame, ids expanded with `ctx` (which must be in the state it was
+    /// in for [`Data::decode`]).
+    pub fn messages<'c, E: Expand>(&self, ctx: &'c E) -> Messages<'a, 'c, E> {
+        Messages { r: Reader::new(self.messages), run: RunContext::default(), ctx }
+    }
+
+    /// Bytes of messages the frame carries (0 for a sentinel frame or a non-frame).
+    pub fn messages_len(&self) -> usize {
+        self.messages.len()
+    }
+}
+
+struct Shift<'v, 'a> {
+    inner: &'v mut Verify<'a>,
+    offset: usize,
+}
+
+impl Implicit for Shift<'_, '_> {
+    fn implicit(&mut self, end: usize, full: u32) {
+        self.inner.at(self.offset + end, full);
+    }
+}
+
+/// Iterator over the acknowledged ranges of a verified datagram.
+#[derive(Debug, Clone)]
+pub struct AckRanges<'a> {
+    next_last: Option<u32>,
+    left: usize,
+    r: Reader<'a>,
+    first: bool,
+}
+
+impl Iterator for AckRanges<'_> {
+    type Item = AckRange;
+
+    fn next(&mut self) -> Option<AckRange> {
+        if self.left == 0 {
+            return None;
+        }
+        let s = SeqSpace::FRAME;
+        let mut last = self.next_last?;
+        if !self.first {
+            // Validated by `Data::decode`; an error here cannot happen, and ends the walk.
+            let gap = self.r.varint(Field::AckRanges).ok()?;
+            last = s.sub(last, gap + 1);
+        }
+        let len = self.r.varint(Field::AckRanges).ok()?;
+        let first = s.sub(last, len);
+        self.first = false;
+        self.left -= 1;
+        self.next_last = Some(s.sub(first, 1));
+        Some(AckRange { first, last })
+    }
+}
+
+/// Iterator over the messages of a verified frame.
+#[derive(Debug)]
+pub struct Messages<'a, 'c, E> {
+    r: Reader<'a>,
+    run: RunContext,
+    ctx: &'c E,
+}
+
+impl<'a, E: Expand> Iterator for Messages<'a, '_, E> {
+    type Item = Message<'a>;
+
+    fn next(&mut self) -> Option<Message<'a>> {
+        if self.r.is_empty() {
+            return None;
+        }
+        let ctx = self.ctx;
+        let mut expand = |ch: u8, t: u16| ctx.packet_id(ch, t);
+        // Validated by `Data::decode`; an error here cannot happen, and ends the walk.
+        self.run.decode(&mut self.r, &mut expand, &mut NoImplicit).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::message::{Fragment, MessageKind, Mode};
+
+    /// Expands relative to fixed references.
+    struct Fixed {
+        frame: u32,
+        ack_limit: u32,
+        packet: u32,
+    }
+
+    impl Expand for Fixed {
+        fn frame_id(&self, t: u32, bytes: u32) -> u32 {
+            SeqSpace::FRAME.expand(t, 8 * bytes, self.frame)
+        }
+        fn ack_largest(&self, t: u16) -> u32 {
+            SeqSpace::FRAME.expand_below(u32::from(t), 16, self.ack_limit)
+        }
+        fn packet_id(&self, _ch: u8, t: u16) -> u32 {
+            SeqSpace::PACKET.expand(u32::from(t), 16, self.packet)
+        }
+    }
+
+    const CTX: Fixed = Fixed { frame: 0xFFFF_FFF0, ack_limit: 0x0000_0010, packet: 0xFF_FFF0 };
+
+    fn msg(id: u32, payload: &[u8]) -> Message<'_> {
+        Message {
+            kind: MessageKind::Fragment(Mode::Reliable),
+            channel: 2,
+            id,
+            dependency: 1,
+            fragment: Fragment::WHOLE,
+            payload,
+        }
+    }
+
+    fn encode(header: &DataHeader<'_>, msgs: &[Message<'_>], key: Key) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = DataWriter::new(&mut out, key, header);
+        for (i, m) in msgs.iter().enumerate() {
+            w.message(m, true, i + 1 == msgs.len());
+        }
+        w.finish();
+        out
+    }
+
+    #[test]
+    fn full_datagram_roundtrips_across_the_wrap() {
+        let acks =
+            [AckRange { first: 0xFFFF_FFFE, last: 0x0000_0003 }, AckRange { first: 0xFFFF_FF00, last: 0xFFFF_FFF0 }];
+        let header = DataHeader { frame: Some((0xFFFF_FFFF, 1)), ping: Some(9), ping_ack: Some(200), acks: &acks };
+        let msgs = [msg(0xFF_FFFF, b"hello"), msg(0, b"world")];
+        let key = Key::connection(1, 2);
+        let bytes = encode(&header, &msgs, key);
+        assert_eq!(bytes.len(), header.len() + 1 + 1 + 2 + 1 + 5 + 1 + 5);
+        let d = Data::decode(&bytes, key, &CTX).unwrap();
+        assert_eq!(d.frame_id, Some(0xFFFF_FFFF));
+        assert_eq!((d.ping, d.ping_ack), (Some(9), Some(200)));
+        assert_eq!(d.acks().collect::<Vec<_>>(), acks);
+        assert_eq!(d.messages(&CTX).collect::<Vec<_>>(), msgs);
+    }
+
+    #[test]
+    fn sentinel_frames_ack_only_and_ping_only_datagrams() {
+        let key = Key::connection(3, 4);
+        for header in [
+            DataHeader { frame: Some((5, 4)), ..Default::default() },
+            DataHeader { ping: Some(1), ..Default::default() },
+            DataHeader { acks: &[AckRange { first: 1, last: 1 }], ..Default::default() },
+        ] {
+            let bytes = encode(&header, &[], key);
+            assert_eq!(bytes.len(), header.len());
+            let d = Data::decode(&bytes, key, &Fixed { frame: 0, ack_limit: 10, packet: 0 }).unwrap();
+            assert_eq!(d.frame_id, header.frame.map(|f| f.0));
+            assert_eq!(d.messages_len(), 0);
+        }
+    }
+
+    #[test]
+    fn a_wrongly_expanded_id_fails_the_check() {
+        let key = Key::connection(1, 2);
+        let bytes = encode(&DataHeader { frame: Some((0x1_0005, 2)), ..Default::default() }, &[msg(7, b"x")], key);
+        let good = Fixed { frame: 0x1_0000, ack_limit: 0, packet: 0 };
+        assert!(Data::decode(&bytes, key, &good).is_ok());
+        // A receiver whose window moved far ahead expands the same bytes to 0x2_0005.
+        let stale = Fixed { frame: 0x2_0000, ..good };
+        assert_eq!(Data::decode(&bytes, key, &stale), Err(DecodeError::BadChecksum));
+        // Likewise for a packet id.
+        let stale_packet = Fixed { packet: 0x1_8000, ..good };
+        assert_eq!(Data::decode(&bytes, key, &stale_packet), Err(DecodeError::BadChecksum));
+    }
+
+    fn sealed(bytes: &[u8], key: Key) -> Vec<u8> {
+        let mut out = bytes.to_vec();
+        let mut c = Check::new(key);
+        c.bytes(&out);
+        out.extend_from_slice(&c.finish().to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn malformed_datagrams_give_precise_errors() {
+        let k = Key::connection(1, 2);
+        let dec = |b: &[u8]| Data::decode(b, k, &CTX).map(|_| ());
+        assert_eq!(dec(&[0x40, 1, 2]), Err(DecodeError::TooShort { len: 3 }));
+        assert_eq!(dec(&sealed(&[0x00], k)), Err(DecodeError::Empty));
+        assert_eq!(dec(&sealed(&[0x05], k)), Err(DecodeError::ReservedBits(Field::Type)));
+        assert_eq!(dec(&sealed(&[0x10, 1], k)), Err(DecodeError::ReservedBits(Field::Type)));
+        assert_eq!(dec(&sealed(&[0x70, 1, 2], k)), Err(DecodeError::Truncated(Field::FrameId)));
+        assert_eq!(dec(&sealed(&[0x04], k)), Err(DecodeError::Truncated(Field::Ping)));
+        assert_eq!(dec(&sealed(&[0x04, 1, 9], k)), Err(DecodeError::TrailingBytes));
+        assert_eq!(dec(&sealed(&[0x08, 0x40, 0, 0, 0], k)), Err(DecodeError::ReservedBits(Field::AckRanges)));
+        assert_eq!(dec(&sealed(&[0x08, 1, 0, 0, 0], k)), Err(DecodeError::Truncated(Field::AckRanges)));
+        // Span beyond the frame window: 65535 + 1 + 0 + 1 > 65536.
+        assert_eq!(
+            dec(&sealed(&[0x08, 1, 0, 0, 0xFF, 0xFF, 0x03, 0, 0], k)),
+            Err(DecodeError::OutOfRange(Field::AckSpan))
+        );
+        // A message error inside a frame surfaces as is.
+        assert_eq!(dec(&sealed(&[0x40, 0, 0x00], k)), Err(DecodeError::NoContext(Field::PacketId)));
+        // Correct structure, wrong check.
+        let mut bytes = encode(&DataHeader { ping: Some(1), ..Default::default() }, &[], k);
+        let n = bytes.len();
+        bytes[n - 1] ^= 1;
+        assert_eq!(dec(&bytes), Err(DecodeError::BadChecksum));
+        // A control type handed to the data decoder.
+        assert_eq!(dec(&sealed(&[0x82], k)), Err(DecodeError::UnknownType(0x82)));
+    }
+
+    #[test]
+    fn ack_section_len_matches_the_encoding() {
+        let acks: Vec<_> = (0..MAX_ACK_RANGES as u32)
+            .map(|i| AckRange { first: 1_000_000 - i * 300 - 100, last: 1_000_000 - i * 300 })
+            .collect();
+        let header = DataHeader { acks: &acks, ..Default::default() };
+        let bytes = encode(&header, &[], Key::version());
+        assert_eq!(bytes.len(), header.len());
+    }
+}

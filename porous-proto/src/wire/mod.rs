@@ -1,0 +1,244 @@
+//! The wire format: every datagram POROUS sends, byte by byte.
+//!
+//! A datagram is `type: u8`, a body, and a 4-byte integrity check (see [`Key`]). The type
+//! byte says which of two families it belongs to:
+//!
+//! - **control** (`0x80..=0x87`, [`Control`]): the handshake and disconnection;
+//! - **connection** (high bit clear, [`Data`]): one data frame and/or acknowledgements and
+//!   pings, in the same datagram whenever they are due together.
+//!
+//! Decoding takes `&[u8]`, never panics, never allocates, verifies the check before any
+//! field is trusted, and returns a precise [`DecodeError`]. Encoding appends to a buffer
+//! the caller supplies and reuses ([`bytes::BufMut`]), so the hot path allocates nothing.
+//! `docs/wire-format.md` describes the same format in prose with worked examples.
+
+mod check;
+mod codec;
+mod control;
+mod data;
+mod message;
+
+pub use check::Key;
+pub use control::{COOKIE_LEN, ConnectRequest, Control, Cookie, REQUEST_SIZE, RefuseReason};
+pub use data::{AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_section_len};
+pub use message::{Fragment, MAX_FRAGMENTS, MESSAGE_HEADER_MAX, Message, MessageKind, Mode, RunContext};
+
+/// Version of this wire format. It keys every check, so datagrams of other versions are
+/// dropped as foreign.
+pub const WIRE_VERSION: u8 = 1;
+/// Length of the integrity check.
+pub const CHECK_LEN: usize = 4;
+/// The shortest valid datagram: a type byte and the check.
+pub const MIN_DATAGRAM: usize = 1 + CHECK_LEN;
+/// Smallest datagram size a connection may negotiate.
+pub const MIN_MTU: usize = 128;
+/// Largest datagram size a connection may negotiate (the largest IPv4 UDP payload).
+pub const MAX_MTU: usize = 65_507;
+/// Most bytes of a data frame that are not messages: type, a 4-byte frame id, ping, ping
+/// acknowledgement and check. Acknowledgements ride along only when they fit besides.
+pub const FRAME_OVERHEAD_MAX: usize = 1 + 4 + 1 + 1 + CHECK_LEN;
+
+/// Payload bytes of every fragment but the last, for a connection's datagram size: the
+/// largest payload that fits a frame under any encoding of its header.
+pub const fn fragment_payload(mtu: usize) -> usize {
+    mtu - FRAME_OVERHEAD_MAX - MESSAGE_HEADER_MAX
+}
+
+/// Which key a datagram's check is computed with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyClass {
+    /// [`Key::version`]: connection requests.
+    Version,
+    /// [`Key::reply`]: replies to a request, keyed with the requester's nonce.
+    Reply,
+    /// [`Key::connection`]: everything sent within an established connection.
+    Connection,
+}
+
+/// Reads the type byte after checking the datagram is long enough to hold a check, and
+/// rejects unknown types and reserved bits. Changes nothing and trusts nothing else.
+pub fn peek_type(datagram: &[u8]) -> Result<u8, DecodeError> {
+    let ty = match datagram.first() {
+        Some(&ty) if datagram.len() >= MIN_DATAGRAM => ty,
+        _ => return Err(DecodeError::TooShort { len: datagram.len() }),
+    };
+    if ty & 0x80 == 0 {
+        if ty == 0 {
+            return Err(DecodeError::Empty);
+        }
+        // Bit 0 is reserved; the frame id width bits mean nothing without a frame.
+        if ty & 0x01 != 0 || (ty & 0x40 == 0 && ty & 0x30 != 0) {
+            return Err(DecodeError::ReservedBits(Field::Type));
+        }
+    } else if ty > control::T_DISCONNECT_ACK {
+        return Err(DecodeError::UnknownType(ty));
+    }
+    Ok(ty)
+}
+
+/// The key class of a datagram type returned by [`peek_type`].
+pub const fn key_class(ty: u8) -> KeyClass {
+    match ty {
+        control::T_REQUEST => KeyClass::Version,
+        control::T_REQUEST_ACK..=control::T_CHALLENGE => KeyClass::Reply,
+        _ => KeyClass::Connection,
+    }
+}
+
+/// A field of the wire format, named in decode errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Field {
+    /// The type byte.
+    Type,
+    /// A frame id.
+    FrameId,
+    /// A ping or ping acknowledgement id.
+    Ping,
+    /// The ack section's head, newest id or ranges.
+    AckRanges,
+    /// The total span of an ack section.
+    AckSpan,
+    /// A message header byte.
+    MessageHeader,
+    /// A channel number.
+    Channel,
+    /// A packet id.
+    PacketId,
+    /// A packet dependency.
+    Dependency,
+    /// A fragment index.
+    FragmentIndex,
+    /// A fragment count.
+    FragmentCount,
+    /// A payload length.
+    Length,
+    /// A payload.
+    Payload,
+    /// A window acknowledgement's form.
+    WindowAck,
+    /// A connection nonce.
+    Nonce,
+    /// The application version.
+    AppVersion,
+    /// The channel count.
+    Channels,
+    /// The datagram size limit.
+    Mtu,
+    /// The packet size limit.
+    MaxPacket,
+    /// A bandwidth limit.
+    Bandwidth,
+    /// Request flags.
+    Flags,
+    /// A cookie.
+    Cookie,
+    /// A refusal reason.
+    RefuseReason,
+}
+
+impl core::fmt::Display for Field {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Why a datagram was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Shorter than a type byte and a check.
+    TooShort {
+        /// The datagram's length.
+        len: usize,
+    },
+    /// A field runs past the end of the datagram.
+    Truncated(Field),
+    /// The type byte names no datagram of this version.
+    UnknownType(u8),
+    /// A message header byte names no message.
+    UnknownMessage(u8),
+    /// Bits the format reserves are set.
+    ReservedBits(Field),
+    /// A connection datagram carrying nothing.
+    Empty,
+    /// The integrity check failed: corrupted, foreign, forged, or stale beyond expansion.
+    BadChecksum,
+    /// A value outside what the format or the spec's windows allow.
+    OutOfRange(Field),
+    /// A varint with redundant zero groups.
+    NonCanonicalVarint(Field),
+    /// A message continues a run, but no earlier message started one.
+    NoContext(Field),
+    /// Bytes after the last field.
+    TrailingBytes,
+    /// A connection request shorter than [`REQUEST_SIZE`].
+    Unpadded {
+        /// The datagram's length.
+        len: usize,
+    },
+    /// A connection request's padding is not zero.
+    NonZeroPadding,
+}
+
+impl core::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::TooShort { len } => write!(f, "datagram of {len} bytes is shorter than {MIN_DATAGRAM}"),
+            Self::Truncated(field) => write!(f, "datagram ends inside the {field} field"),
+            Self::UnknownType(t) => write!(f, "unknown datagram type {t:#04x}"),
+            Self::UnknownMessage(h) => write!(f, "unknown message header {h:#04x}"),
+            Self::ReservedBits(field) => write!(f, "reserved bits set in the {field} field"),
+            Self::Empty => f.write_str("connection datagram carries nothing"),
+            Self::BadChecksum => f.write_str("integrity check failed (corrupt, foreign or stale datagram)"),
+            Self::OutOfRange(field) => write!(f, "{field} field out of range"),
+            Self::NonCanonicalVarint(field) => write!(f, "non-canonical varint in the {field} field"),
+            Self::NoContext(field) => write!(f, "{field} continues a run that was never started"),
+            Self::TrailingBytes => f.write_str("trailing bytes after the last field"),
+            Self::Unpadded { len } => write!(f, "connection request of {len} bytes is not padded to {REQUEST_SIZE}"),
+            Self::NonZeroPadding => f.write_str("connection request padding is not zero"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peek_type_classifies_every_byte() {
+        for ty in 0..=255u8 {
+            let d = [ty, 0, 0, 0, 0];
+            match peek_type(&d) {
+                Ok(t) => {
+                    assert_eq!(t, ty);
+                    if ty & 0x80 == 0 {
+                        assert_eq!(key_class(ty), KeyClass::Connection);
+                    }
+                }
+                Err(DecodeError::Empty) => assert_eq!(ty, 0),
+                Err(DecodeError::ReservedBits(Field::Type)) => assert!(ty & 0x80 == 0),
+                Err(DecodeError::UnknownType(t)) => assert!(t > 0x87),
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+        assert_eq!(key_class(0x80), KeyClass::Version);
+        assert_eq!(key_class(0x85), KeyClass::Reply);
+        assert_eq!(key_class(0x86), KeyClass::Connection);
+        assert_eq!(peek_type(&[0x82; 4]), Err(DecodeError::TooShort { len: 4 }));
+    }
+
+    #[test]
+    fn fragment_payload_leaves_room_for_the_worst_header() {
+        assert_eq!(fragment_payload(1200), 1200 - 11 - 17);
+        assert!(fragment_payload(MIN_MTU) > 64);
+    }
+
+    #[test]
+    fn errors_display_actionable_text() {
+        assert_eq!(DecodeError::Truncated(Field::Payload).to_string(), "datagram ends inside the Payload field");
+        assert!(DecodeError::BadChecksum.to_string().contains("integrity"));
+    }
+}
