@@ -16,3 +16,4 @@ pub mod wire;
 #[cfg(any(test, feature = "arbitrary"))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod transfer;

@@ -1,0 +1,456 @@
+//! The transfer queue: frames sent and not yet done with (spec §3.1.2).
+//!
+//! Frames are kept in id order from `k_b`, the oldest frame not yet done, to `next`, the
+//! id the next new frame gets; `frames[i]` has id `k_b + i`. A frame is *in flight* after
+//! each transmission, *lost* once considered dropped while it waits for its resend, and
+//! *done* once acknowledged or discarded. Done frames leave only from the front, which is
+//! what advances `k_b` and with it the transfer window `[k_b, k_b + N_P)`.
+//!
+//! Messages live in one store in frame order; a frame names its messages by a range of
+//! store indices, so assembling and releasing frames never allocates. Removing a message
+//! (an unreliable one from a lost frame) leaves a hole.
+//!
+//! The *flight size* is the sum of the sizes of frames in flight or lost: lost reliable
+//! frames still hold their place in the congestion window until they are resent or
+//! acknowledged.
+//!
+//! Transmissions are also kept in send order with a serial number, which makes both loss
+//! rules a walk from the front: a transmission is lost when it was sent an RTO ago, or
+//! when a transmission at least [`REORDER_THRESHOLD`] later has been acknowledged.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use super::queues::OutMessage;
+use crate::seq::SeqSpace;
+
+/// A frame is lost once a frame transmitted this many transmissions after it is
+/// acknowledged (the fast-retransmit threshold of TCP and QUIC).
+pub(crate) const REORDER_THRESHOLD: u64 = 3;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    InFlight,
+    Lost,
+    Done,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Frame {
+    pub(crate) id: u32,
+    pub(crate) state: State,
+    /// Carries a reliable message, or is a sentinel frame.
+    pub(crate) reliable: bool,
+    /// Bytes counted in the flight size while in flight or lost.
+    pub(crate) size: usize,
+    pub(crate) msgs: Range<u64>,
+    pub(crate) serial: u64,
+    pub(crate) sent_at: Instant,
+    pub(crate) transmissions: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    serial: u64,
+    id: u32,
+    at: Instant,
+}
+
+/// What became of an acknowledged or dropped frame, for the caller's accounting.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Acknowledged: `size` bytes left the flight.
+    Acked { size: usize },
+    /// Dropped and discarded (an unreliable frame).
+    Discarded,
+    /// Dropped and now waiting to be resent; unreliable messages were stripped.
+    ToResend,
+    /// A dropped unreliable frame, now an empty reliable sentinel frame waiting to be sent.
+    Sentinel,
+}
+
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    frames: VecDeque<Frame>,
+    store: VecDeque<Option<OutMessage>>,
+    store_base: u64,
+    k_b: u32,
+    next: u32,
+    largest_acked: Option<u32>,
+    largest_acked_serial: Option<u64>,
+    sent: VecDeque<Sent>,
+    next_serial: u64,
+    flight: usize,
+}
+
+impl InFlight {
+    pub(crate) fn new(first_id: u32) -> Self {
+        Self {
+            frames: VecDeque::new(),
+            store: VecDeque::new(),
+            store_base: 0,
+            k_b: first_id,
+            next: first_id,
+            largest_acked: None,
+            largest_acked_serial: None,
+            sent: VecDeque::new(),
+            next_serial: 0,
+            flight: 0,
+        }
+    }
+
+    /// `k_b`: the oldest frame not done, or the next id when none is outstanding.
+    pub(crate) fn base(&self) -> u32 {
+        self.k_b
+    }
+
+    /// `H`: the id the next new frame gets.
+    pub(crate) fn next_id(&self) -> u32 {
+        self.next
+    }
+
+    pub(crate) fn flight(&self) -> usize {
+        self.flight
+    }
+
+    /// Frames not yet done (in flight or lost).
+    pub(crate) fn outstanding(&self) -> usize {
+        self.frames.iter().filter(|f| f.state != State::Done).count()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Whether a new frame would still fall inside the transfer window of `window` frames.
+    pub(crate) fn window_open(&self, window: u32) -> bool {
+        SeqSpace::FRAME.distance(self.k_b, self.next) < window
+    }
+
+    /// The lowest id the receiver may still be expecting as new: one past the newest frame
+    /// acknowledged, or `k_b` before any acknowledgement.
+    pub(crate) fn receiver_floor(&self) -> u32 {
+        self.largest_acked.map_or(self.k_b, |l| SeqSpace::FRAME.add(l, 1))
+    }
+
+    fn index(&self, id: u32) -> Option<usize> {
+        let d = SeqSpace::FRAME.distance(self.k_b, id) as usize;
+        (d < self.frames.len()).then_some(d)
+    }
+
+    /// Appends a message to the store for the frame being assembled.
+    pub(crate) fn store_message(&mut self, m: OutMessage) {
+        self.store.push_back(Some(m));
+    }
+
+    /// Absolute store index the next stored message gets.
+    pub(crate) fn store_end(&self) -> u64 {
+        self.store_base + self.store.len() as u64
+    }
+
+    /// The live messages of a frame, in order.
+    pub(crate) fn messages(&self, msgs: &Range<u64>) -> impl Iterator<Item = &OutMessage> + Clone {
+        let from = (msgs.start - self.store_base) as usize;
+        let to = (msgs.end - self.store_base) as usize;
+        self.store.range(from..to).flatten()
+    }
+
+    /// Records a new frame over the messages stored since `first_msg`; returns its id.
+    pub(crate) fn push(&mut self, first_msg: u64, reliable: bool, size: usize, now: Instant) -> u32 {
+        let id = self.next;
+        self.next = SeqSpace::FRAME.add(id, 1);
+        let serial = self.take_serial(id, now);
+        self.frames.push_back(Frame {
+            id,
+            state: State::InFlight,
+            reliable,
+            size,
+            msgs: first_msg..self.store_end(),
+            serial,
+            sent_at: now,
+            transmissions: 1,
+        });
+        self.flight += size;
+        id
+    }
+
+    fn take_serial(&mut self, id: u32, at: Instant) -> u64 {
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        self.sent.push_back(Sent { serial, id, at });
+        serial
+    }
+
+    /// The first lost frame whose end lies inside `cwnd`, measured from the front of the
+    /// queue (spec §3.1: resends only inside the congestion window).
+    pub(crate) fn first_resendable(&self, cwnd: usize) -> Option<&Frame> {
+        let mut cumulative = 0;
+        for f in &self.frames {
+            if f.state == State::Done {
+                continue;
+            }
+            cumulative += f.size;
+            if cumulative > cwnd {
+                return None;
+            }
+            if f.state == State::Lost {
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    /// Whether any frame waits to be resent.
+    pub(crate) fn has_lost(&self) -> bool {
+        self.frames.iter().any(|f| f.state == State::Lost)
+    }
+
+    /// A lost frame was transmitted again, now `size` bytes.
+    pub(crate) fn resent(&mut self, id: u32, size: usize, now: Instant) {
+        let Some(i) = self.index(id) else { return };
+        let serial = self.take_serial(id, now);
+        let Some(f) = self.frames.get_mut(i) else { return };
+        self.flight = self.flight - f.size + size;
+        f.size = size;
+        f.state = State::InFlight;
+        f.serial = serial;
+        f.sent_at = now;
+        f.transmissions += 1;
+    }
+
+    /// Handles an acknowledgement of `id`. Returns `None` when the id is not an outstanding
+    /// frame (already done, or never sent: see [`InFlight::is_unsent`]). Calls `release`
+    /// with every message of the frame.
+    pub(crate) fn ack(&mut self, id: u32, mut release: impl FnMut(&OutMessage)) -> Option<Outcome> {
+        let i = self.index(id)?;
+        let f = self.frames.get_mut(i)?;
+        if f.state == State::Done {
+            return None;
+        }
+        let acked_serial = f.serial;
+        f.state = State::Done;
+        let size = f.size;
+        let msgs = f.msgs.clone();
+        self.flight -= size;
+        let s = SeqSpace::FRAME;
+        if self.largest_acked.is_none_or(|l| s.is_newer(id, l)) {
+            self.largest_acked = Some(id);
+        }
+        if self.largest_acked_serial.is_none_or(|l| acked_serial > l) {
+            self.largest_acked_serial = Some(acked_serial);
+        }
+        self.release(msgs, |_| true, &mut release);
+        Some(Outcome::Acked { size })
+    }
+
+    /// Whether `id` was never sent: at or beyond `next`, within half the space.
+    pub(crate) fn is_unsent(&self, id: u32) -> bool {
+        let s = SeqSpace::FRAME;
+        id == self.next || s.is_newer(id, self.next)
+    }
+
+    fn release(
+        &mut self,
+        msgs: Range<u64>,
+        which: impl Fn(&OutMessage) -> bool,
+        release: &mut impl FnMut(&OutMessage),
+    ) {
+        let from = (msgs.start - self.store_base) as usize;
+        let to = (msgs.end - self.store_base) as usize;
+        for slot in self.store.range_mut(from..to) {
+            if slot.as_ref().is_some_and(&which)
+                && let Some(m) = slot.take()
+            {
+                release(&m);
+            }
+        }
+    }
+
+    /// Walks transmissions from the oldest and marks every frame lost that was sent at
+    /// least `rto` before `now` or [`REORDER_THRESHOLD`] transmissions before the newest
+    /// acknowledged one. Calls `lost` with each, in send order.
+    pub(crate) fn detect_losses(&mut self, now: Instant, rto: Duration, mut lost: impl FnMut(&mut Self, u32)) {
+        while let Some(&s) = self.sent.front() {
+            let current = self.index(s.id).and_then(|i| self.frames.get(i));
+            let live = current.is_some_and(|f| f.serial == s.serial && f.state == State::InFlight);
+            if !live {
+                self.sent.pop_front();
+                continue;
+            }
+            let by_time = now.saturating_duration_since(s.at) >= rto;
+            let by_order = self.largest_acked_serial.is_some_and(|l| s.serial + REORDER_THRESHOLD <= l);
+            if !(by_time || by_order) {
+                break;
+            }
+            self.sent.pop_front();
+            lost(self, s.id);
+        }
+    }
+
+    /// When the oldest transmission in flight will have waited an RTO.
+    pub(crate) fn oldest_send(&self) -> Option<Instant> {
+        self.sent
+            .iter()
+            .find(|s| {
+                self.index(s.id)
+                    .and_then(|i| self.frames.get(i))
+                    .is_some_and(|f| f.serial == s.serial && f.state == State::InFlight)
+            })
+            .map(|s| s.at)
+    }
+
+    /// Marks frame `id` dropped (spec §3.1.2): a reliable frame loses its unreliable
+    /// messages and waits to be resent; an unreliable frame becomes an empty reliable
+    /// sentinel frame if `sentinel` says so, and is discarded otherwise. `size_of` gives the
+    /// new size of a frame from its remaining messages.
+    pub(crate) fn drop_frame(
+        &mut self,
+        id: u32,
+        sentinel: bool,
+        mut release: impl FnMut(&OutMessage),
+        size_of: impl Fn(&Self, &Range<u64>) -> usize,
+    ) -> Option<Outcome> {
+        let i = self.index(id)?;
+        let (reliable, msgs, old) = {
+            let f = self.frames.get(i)?;
+            if f.state != State::InFlight {
+                return None;
+            }
+            (f.reliable, f.msgs.clone(), f.size)
+        };
+        self.release(msgs.clone(), |m| !m.is_reliable(), &mut release);
+        let outcome = if reliable || sentinel {
+            let size = size_of(self, &msgs);
+            self.flight = self.flight - old + size;
+            if let Some(f) = self.frames.get_mut(i) {
+                f.size = size;
+                f.reliable = true;
+                f.state = State::Lost;
+            }
+            if reliable { Outcome::ToResend } else { Outcome::Sentinel }
+        } else {
+            self.flight -= old;
+            if let Some(f) = self.frames.get_mut(i) {
+                f.state = State::Done;
+            }
+            Outcome::Discarded
+        };
+        Some(outcome)
+    }
+
+    /// Pops done frames off the front, advancing `k_b`, and frees their messages.
+    pub(crate) fn pop_done(&mut self) {
+        while self.frames.front().is_some_and(|f| f.state == State::Done) {
+            if let Some(f) = self.frames.pop_front() {
+                self.k_b = SeqSpace::FRAME.add(f.id, 1);
+                while self.store_base < f.msgs.end {
+                    self.store.pop_front();
+                    self.store_base += 1;
+                }
+            }
+        }
+        if self.frames.is_empty() {
+            self.k_b = self.next;
+        }
+    }
+
+    /// A frame by id, if outstanding or done but not yet popped.
+    pub(crate) fn get(&self, id: u32) -> Option<&Frame> {
+        self.index(id).and_then(|i| self.frames.get(i))
+    }
+
+    /// Discards everything, calling `release` with each remaining message.
+    pub(crate) fn clear(&mut self, mut release: impl FnMut(&OutMessage)) {
+        self.store_base += self.store.len() as u64;
+        for m in self.store.drain(..).flatten() {
+            release(&m);
+        }
+        self.frames.clear();
+        self.sent.clear();
+        self.flight = 0;
+        self.k_b = self.next;
+    }
+
+    /// Every frame in the queue, oldest first (for invariant checks in tests).
+    #[cfg(test)]
+    pub(crate) fn frames(&self) -> impl Iterator<Item = &Frame> {
+        self.frames.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transfer::queues::tests::msg;
+    use crate::wire::Mode;
+
+    fn frame(q: &mut InFlight, modes: &[Mode], now: Instant) -> u32 {
+        let first = q.store_end();
+        for (i, &m) in modes.iter().enumerate() {
+            q.store_message(msg(0, i as u32, m, 100));
+        }
+        let reliable = modes.iter().any(|&m| m != Mode::Unreliable);
+        q.push(first, reliable, 100 * modes.len(), now)
+    }
+
+    #[test]
+    fn acks_release_frames_and_advance_the_base_only_from_the_front() {
+        let t = Instant::now();
+        let mut q = InFlight::new(u32::MAX - 1);
+        let a = frame(&mut q, &[Mode::Reliable], t);
+        let b = frame(&mut q, &[Mode::Reliable, Mode::Unreliable], t);
+        let c = frame(&mut q, &[Mode::Unreliable], t);
+        assert_eq!((a, b, c), (u32::MAX - 1, u32::MAX, 0));
+        assert_eq!(q.flight(), 400);
+        let mut released = 0;
+        assert!(matches!(q.ack(b, |_| released += 1), Some(Outcome::Acked { size: 200 })));
+        assert!(q.ack(b, |_| released += 1).is_none(), "acknowledged once");
+        q.pop_done();
+        assert_eq!(q.base(), a, "b is done but a still holds the window");
+        q.ack(a, |_| released += 1);
+        q.pop_done();
+        assert_eq!((q.base(), released, q.flight()), (c, 3, 100));
+        assert!(q.is_unsent(1) && !q.is_unsent(c));
+    }
+
+    #[test]
+    fn losses_by_reordering_and_by_timeout() {
+        let t = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut q = InFlight::new(0);
+        let ids: Vec<u32> = (0..6).map(|i| frame(&mut q, &[Mode::Reliable], t + i * ms)).collect();
+        // Acknowledging frame 3 (serial 3) makes serial 0 lost: 0 + 3 <= 3.
+        q.ack(ids[3], |_| {});
+        let mut lost = Vec::new();
+        q.detect_losses(t + 5 * ms, 100 * ms, |_, id| lost.push(id));
+        assert_eq!(lost, [0]);
+        // The RTO catches the rest once it has elapsed.
+        lost.clear();
+        q.detect_losses(t + 102 * ms, 100 * ms, |_, id| lost.push(id));
+        assert_eq!(lost, [1, 2], "4 and 5 were sent later than 2 ms");
+    }
+
+    #[test]
+    fn dropped_frames_strip_unreliable_messages_or_become_sentinels() {
+        let t = Instant::now();
+        let mut q = InFlight::new(10);
+        let mixed = frame(&mut q, &[Mode::Reliable, Mode::Unreliable], t);
+        let unrel = frame(&mut q, &[Mode::Unreliable], t);
+        let spaced = frame(&mut q, &[Mode::Unreliable], t);
+        let size_of = |q: &InFlight, r: &Range<u64>| 9 + 100 * q.messages(r).count();
+        let mut stripped = 0;
+        assert!(matches!(q.drop_frame(mixed, false, |_| stripped += 1, size_of), Some(Outcome::ToResend)));
+        assert!(matches!(q.drop_frame(unrel, false, |_| stripped += 1, size_of), Some(Outcome::Discarded)));
+        assert!(matches!(q.drop_frame(spaced, true, |_| stripped += 1, size_of), Some(Outcome::Sentinel)));
+        assert_eq!(stripped, 3);
+        let f = q.get(spaced).unwrap();
+        assert!(f.reliable && f.state == State::Lost && q.messages(&f.msgs).count() == 0);
+        assert_eq!(q.flight(), 109 + 9);
+        assert_eq!(q.first_resendable(usize::MAX).map(|f| f.id), Some(mixed));
+        // Only inside the window: the lost frame at the front needs 109 bytes.
+        assert!(q.first_resendable(100).is_none());
+        q.resent(mixed, 109, t);
+        assert_eq!(q.first_resendable(usize::MAX).map(|f| f.id), Some(spaced));
+    }
+}

@@ -1,0 +1,549 @@
+//! The transfer layer (spec §3.1): congestion-controlled, prioritised message delivery
+//! between two peers, resending what is reliable.
+//!
+//! A [`Transfer`] is owned by one peer and driven with explicit times. It knows messages
+//! only as opaque [`OutMessage`]s with a reliability and a channel tag (for accounting);
+//! it neither sorts nor de-duplicates what it receives, which is the sequencing layer's
+//! job. Its parts, one file each:
+//!
+//! | part | owns |
+//! |---|---|
+//! | `queues` | the high and low priority send queues |
+//! | `inflight` | the transfer queue: frames in flight, `k_b`, the flight size, loss rules |
+//! | `acks` | the receive window `i_b` and the acknowledgement ranges |
+//! | `rtt` | RFC 6298 round-trip estimate and RTO, equations (5)-(7) |
+//! | `ping` | pings and their echoes |
+//! | `congestion` | the congestion window, equations (8)-(15) |
+//!
+//! Each flush ([`Transfer::poll_datagram`] until `None`) sends, in this order: due
+//! acknowledgements (piggybacked on the first frame when they fit, alone before it
+//! otherwise), lost frames inside the congestion window, then new frames assembled from
+//! the queues while the congestion and transfer windows allow. Pings and their echoes ride
+//! on whatever goes out first.
+
+// The peer (connections issue) is the caller; until it lands, parts are test-only.
+#![allow(dead_code)]
+
+mod acks;
+mod congestion;
+mod inflight;
+mod ping;
+mod queues;
+mod rtt;
+
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use bytes::BufMut;
+use smallvec::SmallVec;
+
+use crate::seq::SeqSpace;
+use crate::wire::{AckRange, CHECK_LEN, Data, DataHeader, DataWriter, FRAME_OVERHEAD_MAX, Key, RunContext};
+use acks::{MAX_RANGES, Receiver};
+use congestion::{Aimd, Controller, Path};
+use inflight::{InFlight, Outcome};
+use ping::Ping;
+pub(crate) use queues::OutMessage;
+pub use queues::Priority;
+use queues::SendQueues;
+use rtt::{INITIAL_RTT, Rtt};
+
+/// Bytes of a frame besides its messages, as counted in the flight size: type byte, the
+/// widest frame id and the check.
+pub(crate) const FRAME_BASE: usize = 1 + 4 + CHECK_LEN;
+
+/// Decides, when a message is encoded, whether its packet id may travel as 16 bits (the
+/// sending channel knows whether the receiver can expand it).
+pub(crate) trait IdPolicy {
+    fn short_id(&self, channel: u8, id: u32) -> bool;
+}
+
+/// Parameters of one connection's transfer layer.
+#[derive(Clone, Debug)]
+pub(crate) struct TransferConfig {
+    /// Negotiated datagram size.
+    pub(crate) mtu: usize,
+    /// Congestion window before any acknowledgement, in bytes.
+    pub(crate) initial_window: usize,
+    /// Negotiated bandwidth B for sending, bytes per second, 0 for no limit.
+    pub(crate) bandwidth: u64,
+    /// Ping period while nothing is in flight (keepalive).
+    pub(crate) ping_interval: Duration,
+    /// N_P.
+    pub(crate) frame_window: u32,
+    /// S.
+    pub(crate) sentinel_spacing: u32,
+    /// Number of channel tags to account bytes for.
+    pub(crate) channels: usize,
+}
+
+impl TransferConfig {
+    pub(crate) fn new(mtu: usize, channels: usize) -> Self {
+        Self {
+            mtu,
+            initial_window: 10 * mtu,
+            bandwidth: 0,
+            ping_interval: Duration::from_millis(500),
+            frame_window: crate::seq::FRAME_WINDOW,
+            sentinel_spacing: crate::seq::SENTINEL_SPACING,
+            channels,
+        }
+    }
+}
+
+/// Counters of one connection's transfer layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransferStats {
+    /// New frames sent.
+    pub frames_sent: u64,
+    /// Frames sent again after being considered dropped.
+    pub frames_resent: u64,
+    /// Frames considered dropped (by timeout or by later acknowledgements).
+    pub frames_lost: u64,
+    /// Frames acknowledged.
+    pub frames_acked: u64,
+    /// Dropped unreliable frames turned into sentinel frames.
+    pub sentinel_frames: u64,
+    /// Frames received inside the receive window.
+    pub frames_received: u64,
+    /// Frames dropped for lying outside the receive window.
+    pub frames_out_of_window: u64,
+    /// Acknowledgements naming frames that were never sent (ignored).
+    pub acks_for_unsent: u64,
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Datagrams received and verified.
+    pub datagrams_received: u64,
+    /// Bytes sent, UDP payload.
+    pub bytes_sent: u64,
+    /// Bytes received, UDP payload.
+    pub bytes_received: u64,
+    /// Unreliable messages removed from dropped frames.
+    pub unreliable_stripped: u64,
+    /// Unreliable messages dropped from a full send queue before being sent.
+    pub unreliable_dropped: u64,
+    /// Congestion window resets (spec equations (13)-(15)).
+    pub congestion_resets: u64,
+}
+
+/// The transfer layer of one connection.
+#[derive(Debug)]
+pub(crate) struct Transfer {
+    cfg: TransferConfig,
+    queues: SendQueues,
+    inflight: InFlight,
+    receiver: Receiver,
+    cc: Aimd,
+    rtt: Rtt,
+    ping: Ping,
+    /// Bytes each channel holds in the queues and in flight.
+    queued: Vec<usize>,
+    stats: TransferStats,
+}
+
+/// A datagram the flush decided to send.
+enum Plan {
+    /// Resend the lost frame with this id.
+    Resend(u32),
+    /// Send the new frame with this id.
+    New(u32),
+    /// Acknowledgements and pings only.
+    Bare,
+}
+
+impl Transfer {
+    /// A transfer layer whose first frame id is `local_base` and whose peer's first frame id
+    /// is `remote_base` (both from the handshake).
+    pub(crate) fn new(cfg: TransferConfig, local_base: u32, remote_base: u32) -> Self {
+        let ceiling = (cfg.frame_window as usize).saturating_mul(cfg.mtu);
+        Self {
+            cc: Aimd::new(cfg.mtu, cfg.initial_window, cfg.bandwidth, ceiling),
+            queues: SendQueues::default(),
+            inflight: InFlight::new(local_base),
+            receiver: Receiver::new(remote_base, cfg.frame_window),
+            rtt: Rtt::new(INITIAL_RTT),
+            ping: Ping::default(),
+            queued: vec![0; cfg.channels],
+            stats: TransferStats::default(),
+            cfg,
+        }
+    }
+
+    fn path(&self) -> Path {
+        Path { srtt: self.rtt.srtt(), rto: self.rtt.rto() }
+    }
+
+    // ---- sending -------------------------------------------------------------------
+
+    /// Queues a message at `priority`.
+    pub(crate) fn enqueue(&mut self, priority: Priority, m: OutMessage) {
+        if let Some(q) = self.queued.get_mut(usize::from(m.channel)) {
+            *q += m.cost();
+        }
+        self.queues.push(priority, m);
+    }
+
+    /// Bytes `channel` holds in the send queues and in flight.
+    pub(crate) fn queued_bytes(&self, channel: u8) -> usize {
+        self.queued.get(usize::from(channel)).copied().unwrap_or(0)
+    }
+
+    /// Drops queued unreliable packets of `channel`, oldest first, to free `need` bytes.
+    /// Returns the bytes freed.
+    pub(crate) fn drop_unreliable(&mut self, channel: u8, need: usize) -> usize {
+        let (queued, stats) = (&mut self.queued, &mut self.stats);
+        self.queues.drop_unreliable(channel, need, |m| {
+            release(queued, m);
+            stats.unreliable_dropped += 1;
+        })
+    }
+
+    /// Whether nothing waits to be sent and nothing is in flight.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.queues.is_empty() && self.inflight.outstanding() == 0
+    }
+
+    /// Number of messages waiting in the send queues.
+    pub(crate) fn queued_messages(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Drops everything queued or in flight.
+    pub(crate) fn clear(&mut self) {
+        let queued = &mut self.queued;
+        self.queues.clear(|m| release(queued, m));
+        self.inflight.clear(|m| release(queued, m));
+    }
+
+    fn ping_period(&self) -> Duration {
+        if self.inflight.outstanding() > 0 { self.rtt.srtt() } else { self.cfg.ping_interval.max(self.rtt.srtt()) }
+    }
+
+    fn can_open_frame(&self) -> bool {
+        !self.queues.is_empty()
+            && self.inflight.window_open(self.cfg.frame_window)
+            && self.cc.window() > self.inflight.flight() + FRAME_BASE
+    }
+
+    /// Whether [`Transfer::poll_datagram`] would send something now.
+    pub(crate) fn wants_to_send(&self, now: Instant) -> bool {
+        self.receiver.ack_due()
+            || self.ping.echo().is_some()
+            || self.ping.due(now, self.ping_period())
+            || self.inflight.first_resendable(self.cc.window()).is_some()
+            || self.can_open_frame()
+    }
+
+    /// Writes the next datagram of this flush into `out`, returning its length, or `None`
+    /// when there is nothing (more) to send now.
+    pub(crate) fn poll_datagram<B: BufMut + AsRef<[u8]>>(
+        &mut self,
+        now: Instant,
+        key: Key,
+        ids: &impl IdPolicy,
+        out: &mut B,
+    ) -> Option<usize> {
+        let mtu = self.cfg.mtu;
+        let cwnd = self.cc.window();
+        let mut ranges: SmallVec<[AckRange; MAX_RANGES]> = SmallVec::new();
+        let acks_due = self.receiver.ack_due();
+        if acks_due || self.receiver.has_repeats() {
+            self.receiver.ranges_to_send(&mut ranges, MAX_RANGES);
+        }
+        let ack_len = crate::wire::ack_section_len(&ranges);
+        let ping_due = self.ping.due(now, self.ping_period());
+        let echo = self.ping.echo();
+
+        // Choose the frame, if any: a resend first, else a new frame.
+        let mut plan = Plan::Bare;
+        let mut msgs_len = 0;
+        if let Some(f) = self.inflight.first_resendable(cwnd) {
+            let (id, range) = (f.id, f.msgs.clone());
+            msgs_len = self.messages_len(&range, ids);
+            plan = Plan::Resend(id);
+        } else if self.can_open_frame() {
+            let room = mtu - FRAME_OVERHEAD_MAX;
+            let budget = room.saturating_sub(if acks_due { ack_len } else { 0 });
+            let budget = budget.min(cwnd - self.inflight.flight() - FRAME_BASE);
+            if let Some((id, len)) = self.assemble(now, ids, budget, room) {
+                msgs_len = len;
+                plan = Plan::New(id);
+            }
+        }
+
+        let frame = match plan {
+            Plan::Resend(id) | Plan::New(id) => Some(id),
+            Plan::Bare => None,
+        };
+        // Acknowledgements ride along when they fit. A new frame's budget already left room
+        // for due ones; when a resend leaves none, the due acknowledgements go alone first
+        // and the resend follows in the next datagram. Repeats that do not fit wait.
+        let acks_fit = frame.is_none() || FRAME_OVERHEAD_MAX + ack_len + msgs_len <= mtu;
+        let (frame, ranges_sent) = match (acks_fit, acks_due) {
+            (true, _) => (frame, ranges.len()),
+            (false, true) => {
+                plan = Plan::Bare;
+                (None, ranges.len())
+            }
+            (false, false) => (frame, 0),
+        };
+        let acks = ranges.get(..ranges_sent).unwrap_or_default();
+        if frame.is_none() && !acks_due && !ping_due && echo.is_none() {
+            return None;
+        }
+        let ping = ping_due.then(|| self.ping.send(now));
+        let frame_field = frame.map(|id| {
+            let bytes = SeqSpace::FRAME.truncation_bytes(id, self.inflight.receiver_floor(), self.inflight.next_id());
+            (id, bytes)
+        });
+        let header = DataHeader { frame: frame_field, ping, ping_ack: echo, acks };
+        let mut w = DataWriter::new(out, key, &header);
+        if let Some(id) = frame
+            && let Some(f) = self.inflight.get(id)
+        {
+            let mut msgs = self.inflight.messages(&f.msgs).peekable();
+            while let Some(m) = msgs.next() {
+                let last = msgs.peek().is_none();
+                w.message(&m.as_wire(), ids.short_id(m.channel, m.id), last);
+            }
+        }
+        let len = w.finish();
+        if !acks.is_empty() || acks_due {
+            self.receiver.sent(ranges_sent);
+        }
+        if echo.is_some() {
+            self.ping.echo_sent();
+        }
+        match plan {
+            Plan::Resend(id) => {
+                self.inflight.resent(id, FRAME_BASE + msgs_len, now);
+                self.stats.frames_resent += 1;
+            }
+            Plan::New(_) => self.stats.frames_sent += 1,
+            Plan::Bare => {}
+        }
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += len as u64;
+        Some(len)
+    }
+
+    /// Encoded size of a frame's live messages.
+    fn messages_len(&self, range: &Range<u64>, ids: &impl IdPolicy) -> usize {
+        let mut run = RunContext::default();
+        let mut msgs = self.inflight.messages(range).peekable();
+        let mut len = 0;
+        while let Some(m) = msgs.next() {
+            let w = m.as_wire();
+            len += run.encoded_len(&w, ids.short_id(m.channel, m.id), msgs.peek().is_none());
+            run.observe(&w);
+        }
+        len
+    }
+
+    /// Moves messages from the send queues into a new frame: high priority first, each
+    /// queue in order, while they fit `budget` bytes. Reliable messages must also fit
+    /// `room` with every field explicit, so the frame still fits after its unreliable
+    /// messages are stripped for a resend. Returns the frame id and its messages' size.
+    fn assemble(&mut self, now: Instant, ids: &impl IdPolicy, budget: usize, room: usize) -> Option<(u32, usize)> {
+        let first = self.inflight.store_end();
+        let mut run = RunContext::default();
+        let (mut used, mut explicit, mut count, mut reliable) = (0, 0, 0, false);
+        while let Some((priority, m)) = self.queues.front() {
+            let w = m.as_wire();
+            let len = run.encoded_len(&w, ids.short_id(m.channel, m.id), false);
+            let exp = if m.is_reliable() { RunContext::explicit_len(&w) } else { 0 };
+            if used + len > budget || explicit + exp > room {
+                break;
+            }
+            run.observe(&w);
+            used += len;
+            explicit += exp;
+            count += 1;
+            reliable |= m.is_reliable();
+            if let Some(m) = self.queues.pop(priority) {
+                self.inflight.store_message(m);
+            }
+        }
+        if count == 0 {
+            return None;
+        }
+        // The exact size: the last message carries no length field.
+        let len = self.messages_len(&(first..self.inflight.store_end()), ids);
+        let id = self.inflight.push(first, reliable, FRAME_BASE + len, now);
+        Some((id, len))
+    }
+
+    // ---- receiving -----------------------------------------------------------------
+
+    /// Expands a frame id sent as its low `bytes` bytes.
+    pub(crate) fn expand_frame_id(&self, truncated: u32, bytes: u32) -> u32 {
+        self.receiver.expand(truncated, bytes)
+    }
+
+    /// Expands the newest acknowledged frame id of an ack section.
+    pub(crate) fn expand_ack_largest(&self, truncated: u16) -> u32 {
+        SeqSpace::FRAME.expand_below(u32::from(truncated), 16, self.inflight.next_id())
+    }
+
+    /// Handles everything of a verified datagram but its messages: the ping, its echo and
+    /// the acknowledgements.
+    pub(crate) fn on_datagram(&mut self, now: Instant, data: &Data<'_>, len: usize) {
+        self.stats.datagrams_received += 1;
+        self.stats.bytes_received += len as u64;
+        if let Some(id) = data.ping {
+            self.ping.on_ping(id);
+        }
+        if let Some(sample) = data.ping_ack.and_then(|id| self.ping.on_echo(now, id)) {
+            self.rtt.on_sample(sample);
+        }
+        for range in data.acks() {
+            self.on_ack_range(now, range);
+        }
+        self.detect_losses(now);
+        self.inflight.pop_done();
+    }
+
+    fn on_ack_range(&mut self, now: Instant, range: AckRange) {
+        let s = SeqSpace::FRAME;
+        let base = self.inflight.base();
+        let next = self.inflight.next_id();
+        let outstanding = i64::from(s.distance(base, next));
+        let lo = s.offset(range.first, base).max(0);
+        let hi = s.offset(range.last, base);
+        if hi >= outstanding {
+            // Part of the range names frames never sent.
+            self.stats.acks_for_unsent += 1;
+        }
+        let hi = hi.min(outstanding - 1);
+        let path = self.path();
+        for i in lo..=hi {
+            let id = s.add(base, i as u32);
+            let queued = &mut self.queued;
+            if let Some(Outcome::Acked { size }) = self.inflight.ack(id, |m| release(queued, m)) {
+                self.cc.on_ack(now, size, path);
+                self.stats.frames_acked += 1;
+            }
+        }
+    }
+
+    fn detect_losses(&mut self, now: Instant) {
+        let spacing = self.cfg.sentinel_spacing;
+        let path = self.path();
+        let (queued, stats, cc) = (&mut self.queued, &mut self.stats, &mut self.cc);
+        self.inflight.detect_losses(now, path.rto, |q, id| {
+            let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
+            let stripped = q.drop_frame(
+                id,
+                sentinel,
+                |m| {
+                    release(queued, m);
+                    stats.unreliable_stripped += 1;
+                },
+                |q, r| FRAME_BASE + q.messages(r).map(|m| RunContext::explicit_len(&m.as_wire())).sum::<usize>(),
+            );
+            if let Some(outcome) = stripped {
+                stats.frames_lost += 1;
+                if matches!(outcome, Outcome::Sentinel) {
+                    stats.sentinel_frames += 1;
+                }
+                cc.on_drop(now, path);
+            }
+        });
+        self.stats.congestion_resets = self.cc.resets();
+    }
+
+    /// Runs the resend timer.
+    pub(crate) fn on_timeout(&mut self, now: Instant) {
+        self.detect_losses(now);
+        self.inflight.pop_done();
+    }
+
+    /// Whether frame `k` lies inside the receive window; counts it when it does not.
+    pub(crate) fn frame_in_window(&mut self, k: u32) -> bool {
+        let ok = self.receiver.in_window(k);
+        if !ok {
+            self.stats.frames_out_of_window += 1;
+        }
+        ok
+    }
+
+    /// Records frame `k` as received: it will be acknowledged.
+    pub(crate) fn accept_frame(&mut self, k: u32) {
+        self.receiver.record(k);
+        self.stats.frames_received += 1;
+    }
+
+    /// The next time a timer of this layer fires: a resend timeout or a ping.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        let rto = self.inflight.oldest_send().map(|t| t + self.rtt.rto());
+        let ping = self.ping.deadline(self.ping_period());
+        match (rto, ping) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Tells the layer the host's smoothed step interval (the RTO's floor).
+    pub(crate) fn set_step_interval(&mut self, step: Duration) {
+        self.rtt.set_step(step);
+    }
+
+    // ---- observation ---------------------------------------------------------------
+
+    pub(crate) fn stats(&self) -> TransferStats {
+        self.stats
+    }
+
+    pub(crate) fn rtt(&self) -> Duration {
+        self.rtt.srtt()
+    }
+
+    pub(crate) fn rttvar(&self) -> Duration {
+        self.rtt.rttvar()
+    }
+
+    pub(crate) fn rto(&self) -> Duration {
+        self.rtt.rto()
+    }
+
+    pub(crate) fn latest_rtt(&self) -> Duration {
+        self.rtt.latest()
+    }
+
+    pub(crate) fn cwnd(&self) -> usize {
+        self.cc.window()
+    }
+
+    pub(crate) fn ssthresh(&self) -> usize {
+        self.cc.ssthresh()
+    }
+
+    pub(crate) fn flight(&self) -> usize {
+        self.inflight.flight()
+    }
+
+    /// `k_b`, the base of the transfer window.
+    pub(crate) fn window_base(&self) -> u32 {
+        self.inflight.base()
+    }
+
+    /// `H`, the next frame id.
+    pub(crate) fn next_frame_id(&self) -> u32 {
+        self.inflight.next_id()
+    }
+
+    /// `i_b`, one past the newest frame received.
+    pub(crate) fn receive_base(&self) -> u32 {
+        self.receiver.base()
+    }
+}
+
+fn release(queued: &mut [usize], m: &OutMessage) {
+    if let Some(q) = queued.get_mut(usize::from(m.channel)) {
+        *q = q.saturating_sub(m.cost());
+    }
+}
+
+#[cfg(test)]
+mod tests;

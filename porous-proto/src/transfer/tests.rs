@@ -1,0 +1,284 @@
+//! Transfer layer tests: flush behaviour, and two transfer layers over a lossy link.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use super::*;
+use crate::wire::{Expand, Fragment, MessageKind, Mode};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Every explicit packet id is sent wide; these tests do not exercise channels.
+struct Wide;
+
+impl IdPolicy for Wide {
+    fn short_id(&self, _: u8, _: u32) -> bool {
+        false
+    }
+}
+
+/// Expands ids the way the peer owning `t` would.
+struct Exp<'t>(&'t Transfer);
+
+impl Expand for Exp<'_> {
+    fn frame_id(&self, t: u32, bytes: u32) -> u32 {
+        self.0.expand_frame_id(t, bytes)
+    }
+    fn ack_largest(&self, t: u16) -> u32 {
+        self.0.expand_ack_largest(t)
+    }
+    fn packet_id(&self, _: u8, t: u16) -> u32 {
+        u32::from(t)
+    }
+}
+
+fn message(channel: u8, id: u32, mode: Mode, len: usize) -> OutMessage {
+    OutMessage {
+        kind: MessageKind::Fragment(mode),
+        channel,
+        id,
+        dependency: 0,
+        fragment: Fragment::WHOLE,
+        payload: Bytes::from(vec![id as u8; len]),
+    }
+}
+
+fn cfg(mtu: usize) -> TransferConfig {
+    TransferConfig::new(mtu, 4)
+}
+
+fn flush(t: &mut Transfer, now: Instant, key: Key) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut buf = BytesMut::new();
+    while let Some(n) = t.poll_datagram(now, key, &Wide, &mut buf) {
+        out.push(buf.split_to(n).freeze());
+        assert!(n <= t.cfg.mtu, "datagram of {n} bytes exceeds the MTU");
+    }
+    out
+}
+
+/// Delivers a datagram to `t`; returns the ids of the messages of an accepted frame.
+fn deliver(t: &mut Transfer, now: Instant, key: Key, d: &[u8]) -> Option<(u32, Vec<u32>)> {
+    let data = Data::decode(d, key, &Exp(t)).ok()?;
+    let ids: Vec<u32> = data.messages(&Exp(t)).map(|m| m.id).collect();
+    t.on_datagram(now, &data, d.len());
+    let k = data.frame_id?;
+    if !t.frame_in_window(k) {
+        return None;
+    }
+    t.accept_frame(k);
+    Some((k, ids))
+}
+
+fn frame_ids(datagrams: &[Bytes], receiver: &Transfer, key: Key) -> Vec<Vec<u32>> {
+    datagrams
+        .iter()
+        .filter_map(|d| {
+            let data = Data::decode(d, key, &Exp(receiver)).ok()?;
+            data.frame_id?;
+            Some(data.messages(&Exp(receiver)).map(|m| m.id).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn figure_5_high_priority_first_and_the_window_limits_the_last_frame() {
+    let t0 = Instant::now();
+    // Two 400-byte messages fill a 900-byte datagram; the congestion window then only
+    // leaves room for one more message.
+    let mut c = cfg(900);
+    c.initial_window = 900 + 500;
+    let mut a = Transfer::new(c, 0, 0);
+    let b = Transfer::new(cfg(900), 0, 0);
+    for (id, prio) in
+        [(0, Priority::High), (1, Priority::Low), (2, Priority::High), (3, Priority::High), (4, Priority::Low)]
+    {
+        a.enqueue(prio, message(0, id, Mode::Reliable, 400));
+    }
+    let key = Key::connection(1, 2);
+    let sent = flush(&mut a, t0, key);
+    let frames = frame_ids(&sent, &b, key);
+    assert_eq!(frames, vec![vec![0, 2], vec![3]], "frame b is partially filled");
+    assert_eq!(a.queued_messages(), 2, "messages 1 and 4 wait for the window");
+    assert!(a.flight() <= a.cwnd());
+}
+
+#[test]
+fn acks_piggyback_on_data_and_go_first_alone_when_they_do_not_fit() {
+    let t0 = Instant::now();
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut a = Transfer::new(cfg(600), 100, 200);
+    let mut b = Transfer::new(cfg(600), 200, 100);
+    a.enqueue(Priority::High, message(0, 1, Mode::Reliable, 10));
+    for d in flush(&mut a, t0, kab) {
+        deliver(&mut b, t0, kab, &d);
+    }
+    // b owes an acknowledgement and has data: one datagram carries both.
+    b.enqueue(Priority::High, message(0, 9, Mode::Reliable, 10));
+    let out = flush(&mut b, t0 + MS, kba);
+    let frames_with_acks = out
+        .iter()
+        .filter(|d| {
+            let data = Data::decode(d, kba, &Exp(&a)).expect("valid");
+            data.frame_id.is_some() && data.ack_largest().is_some()
+        })
+        .count();
+    assert_eq!(frames_with_acks, 1, "{out:?}");
+    for d in &out {
+        deliver(&mut a, t0 + MS, kba, d);
+    }
+    assert_eq!(a.flight(), 0, "a's frame was acknowledged");
+}
+
+#[test]
+fn lost_unreliable_frames_are_discarded_or_become_sentinels() {
+    let t0 = Instant::now();
+    let key = Key::connection(1, 2);
+    let mut c = cfg(1200);
+    c.sentinel_spacing = 4; // S = 4: ids with k mod 4 = 3 become sentinels
+    let mut a = Transfer::new(c, 0, 0);
+    let mut sent = 0;
+    for i in 0..4 {
+        a.enqueue(Priority::High, message(0, i, Mode::Unreliable, 1100));
+        sent += flush(&mut a, t0, key).len();
+    }
+    assert_eq!(sent, 4);
+    // Nothing is acknowledged; after the RTO all four are dropped.
+    let later = t0 + a.rto() + MS;
+    a.on_timeout(later);
+    let s = a.stats();
+    assert_eq!((s.frames_lost, s.sentinel_frames, s.unreliable_stripped), (4, 1, 4));
+    // Frame 3 is resent empty; the others are gone.
+    let out = flush(&mut a, later, key);
+    let b = Transfer::new(cfg(1200), 0, 0);
+    let frames: Vec<_> = out
+        .iter()
+        .filter_map(|d| Data::decode(d, key, &Exp(&b)).ok())
+        .filter_map(|d| d.frame_id.map(|id| (id, d.messages_len())))
+        .collect();
+    assert_eq!(frames, [(3, 0)]);
+    assert_eq!(a.queued_bytes(0), 0, "dropped unreliable data is released");
+}
+
+/// A one-way link with fixed latency and seeded random loss.
+struct Link {
+    queue: VecDeque<(Instant, Bytes)>,
+    latency: Duration,
+    loss: f64,
+    seed: u64,
+}
+
+impl Link {
+    fn new(latency: Duration, loss: f64, seed: u64) -> Self {
+        Self { queue: VecDeque::new(), latency, loss, seed }
+    }
+
+    fn random(&mut self) -> f64 {
+        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn send(&mut self, now: Instant, d: Bytes) {
+        if self.random() >= self.loss {
+            self.queue.push_back((now + self.latency, d));
+        }
+    }
+
+    fn due(&mut self, now: Instant) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while self.queue.front().is_some_and(|(t, _)| *t <= now) {
+            if let Some((_, d)) = self.queue.pop_front() {
+                out.push(d);
+            }
+        }
+        out
+    }
+}
+
+/// Two transfer layers exchange 600 messages (reliable and unreliable) over a lossy link in
+/// both directions; ids start just below 2^32 so they wrap.
+fn lossy_exchange(loss: f64, seed: u64) {
+    let t0 = Instant::now();
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let base_a = u32::MAX - 40;
+    let base_b = u32::MAX - 7;
+    let mut a = Transfer::new(cfg(1200), base_a, base_b);
+    let mut b = Transfer::new(cfg(1200), base_b, base_a);
+    let mut ab = Link::new(25 * MS, loss, seed);
+    let mut ba = Link::new(25 * MS, loss, seed ^ 0xABCD);
+    let total = 600u32;
+    let mut queued = 0u32;
+    let mut reliable = BTreeSet::new();
+    let mut delivered = BTreeSet::new();
+    let mut now = t0;
+    for step in 0..20_000u32 {
+        now = t0 + step * 10 * MS;
+        if queued < total {
+            for _ in 0..6 {
+                let mode = if queued.is_multiple_of(3) { Mode::Unreliable } else { Mode::Reliable };
+                if mode == Mode::Reliable {
+                    reliable.insert(queued);
+                }
+                a.enqueue(Priority::High, message(0, queued, mode, 50 + (queued as usize * 37) % 700));
+                queued += 1;
+            }
+        }
+        for d in ab.due(now) {
+            if let Some((_, ids)) = deliver(&mut b, now, kab, &d) {
+                delivered.extend(ids);
+            }
+        }
+        for d in ba.due(now) {
+            deliver(&mut a, now, kba, &d);
+        }
+        for (t, link, key) in [(&mut a, &mut ab, kab), (&mut b, &mut ba, kba)] {
+            t.set_step_interval(10 * MS);
+            t.on_timeout(now);
+            let mut buf = BytesMut::new();
+            loop {
+                let next_before = t.next_frame_id();
+                let Some(n) = t.poll_datagram(now, key, &Wide, &mut buf) else { break };
+                let d = buf.split_to(n).freeze();
+                if t.next_frame_id() != next_before {
+                    // A new frame: inside the congestion window and the transfer window.
+                    assert!(t.flight() <= t.cwnd(), "flight {} above cwnd {}", t.flight(), t.cwnd());
+                    let s = SeqSpace::FRAME;
+                    assert!(s.distance(t.window_base(), next_before) < crate::seq::FRAME_WINDOW);
+                }
+                link.send(now, d);
+            }
+        }
+        if queued == total && reliable.is_subset(&delivered) && a.is_idle() {
+            break;
+        }
+    }
+    let missing: Vec<_> = reliable.difference(&delivered).take(10).collect();
+    assert!(missing.is_empty(), "{loss} loss: reliable messages never delivered: {missing:?}");
+    assert!(a.is_idle(), "everything acknowledged or discarded");
+    assert!(SeqSpace::FRAME.is_newer(a.next_frame_id(), base_a), "frame ids wrapped past 2^32");
+    assert!(a.next_frame_id() < base_a, "frame ids wrapped past 2^32");
+    let s = a.stats();
+    assert!(s.frames_lost > 0 && s.frames_resent > 0, "{loss} loss exercises resends: {s:?}");
+    assert_eq!(a.queued_bytes(0), 0);
+    let elapsed = now - t0;
+    eprintln!("{loss}: {elapsed:?}, {s:?}, cwnd {}", a.cwnd());
+}
+
+#[test]
+fn every_reliable_message_arrives_over_ten_percent_loss() {
+    for seed in 1..=4 {
+        lossy_exchange(0.10, seed);
+    }
+}
+
+#[test]
+fn every_reliable_message_arrives_over_forty_percent_loss() {
+    for seed in 1..=4 {
+        lossy_exchange(0.40, seed);
+    }
+}
