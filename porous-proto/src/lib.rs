@@ -13,6 +13,8 @@
 pub mod seq;
 pub mod wire;
 
+#[allow(dead_code)]
+pub(crate) mod channel;
 #[cfg(any(test, feature = "arbitrary"))]
 #[doc(hidden)]
 pub mod fuzzing;

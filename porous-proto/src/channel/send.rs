@@ -1,0 +1,192 @@
+//! The sending half of a channel (spec §3.2, §3.2.1-§3.2.3).
+//!
+//! Each packet gets the next 24-bit id, provided it lies in the channel transfer window
+//! `Q_t = [n_b, n_b + N_Q)`; packets that do not fit wait, unnumbered, until a window
+//! acknowledgement moves `n_b`. A packet depends on the previously sent reliable packet,
+//! written as the distance back to it, or 0 when there is none or the distance reaches
+//! N_Q (the window already orders such packets). Packets larger than one fragment are cut
+//! into fragments that share the caller's buffer. Unreliable packets whose id satisfies
+//! `id mod M = M - 1` are followed by a reliable sentinel message with the same id and
+//! dependency.
+//!
+//! All messages go to the transfer layer at the channel's priority, in order.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use super::{ChannelParams, MessageSink};
+use crate::seq::SeqSpace;
+use crate::transfer::{OutMessage, Priority};
+use crate::wire::{Fragment, MessageKind, Mode};
+
+#[derive(Debug)]
+pub(crate) struct ChannelSender {
+    index: u8,
+    priority: Priority,
+    params: ChannelParams,
+    fragment_size: usize,
+    /// The id the next packet gets.
+    next: u32,
+    /// `n_b`, the base of the transfer window.
+    base: u32,
+    last_reliable: Option<u32>,
+    /// Packets waiting for window space, not yet numbered.
+    waiting: VecDeque<(Bytes, Mode)>,
+    waiting_bytes: usize,
+}
+
+impl ChannelSender {
+    pub(crate) fn new(
+        index: u8,
+        priority: Priority,
+        params: ChannelParams,
+        fragment_size: usize,
+        first_id: u32,
+    ) -> Self {
+        Self {
+            index,
+            priority,
+            params,
+            fragment_size,
+            next: first_id,
+            base: first_id,
+            last_reliable: None,
+            waiting: VecDeque::new(),
+            waiting_bytes: 0,
+        }
+    }
+
+    /// Number of fragments a packet of `len` bytes is sent as.
+    pub(crate) fn fragments_for(&self, len: usize) -> usize {
+        len.div_ceil(self.fragment_size).max(1)
+    }
+
+    fn window_open(&self) -> bool {
+        SeqSpace::PACKET.distance(self.base, self.next) < self.params.window
+    }
+
+    /// Sends a packet now, or keeps it until the window opens.
+    pub(crate) fn send(&mut self, data: Bytes, mode: Mode, sink: &mut impl MessageSink) {
+        if self.waiting.is_empty() && self.window_open() {
+            self.emit(data, mode, sink);
+        } else {
+            self.waiting_bytes += data.len();
+            self.waiting.push_back((data, mode));
+        }
+    }
+
+    fn emit(&mut self, data: Bytes, mode: Mode, sink: &mut impl MessageSink) {
+        let s = SeqSpace::PACKET;
+        let id = self.next;
+        self.next = s.add(id, 1);
+        let dependency = match self.last_reliable {
+            Some(r) if s.distance(r, id) < self.params.window => s.distance(r, id),
+            _ => 0,
+        };
+        if mode == Mode::Reliable {
+            self.last_reliable = Some(id);
+        }
+        let count = self.fragments_for(data.len());
+        for index in 0..count {
+            let from = index * self.fragment_size;
+            let to = (from + self.fragment_size).min(data.len());
+            let fragment =
+                if count == 1 { Fragment::WHOLE } else { Fragment { index: index as u32, count: count as u32 } };
+            sink.enqueue(
+                self.priority,
+                OutMessage {
+                    kind: MessageKind::Fragment(mode),
+                    channel: self.index,
+                    id,
+                    dependency,
+                    fragment,
+                    payload: data.slice(from..to),
+                },
+            );
+        }
+        if mode == Mode::Unreliable && s.is_spaced(id, self.params.ack_spacing) {
+            sink.enqueue(
+                self.priority,
+                OutMessage {
+                    kind: MessageKind::Sentinel,
+                    channel: self.index,
+                    id,
+                    dependency,
+                    fragment: Fragment::WHOLE,
+                    payload: Bytes::new(),
+                },
+            );
+        }
+    }
+
+    /// A window acknowledgement for `m` arrived. Returns `false` (and changes nothing) when
+    /// `m` is not a spaced id inside the transfer window that was sent: stale or bogus.
+    pub(crate) fn on_window_ack(&mut self, m: u32, sink: &mut impl MessageSink) -> bool {
+        let s = SeqSpace::PACKET;
+        let sent = s.distance(self.base, self.next);
+        if !s.is_spaced(m, self.params.ack_spacing) || s.distance(self.base, m) >= sent {
+            return false;
+        }
+        self.base = s.add(m, 1);
+        while self.window_open() {
+            let Some((data, mode)) = self.waiting.pop_front() else { break };
+            self.waiting_bytes -= data.len();
+            self.emit(data, mode, sink);
+        }
+        true
+    }
+
+    /// Whether an id may travel as its low 16 bits: the receiver's window base lies in
+    /// `[n_b, next]`, and every id sent and not yet window-acknowledged stays within a
+    /// quarter of the 16-bit range of it, leaving margin for ids that move while a datagram
+    /// is in flight.
+    pub(crate) fn short_id(&self, id: u32) -> bool {
+        let s = SeqSpace::PACKET;
+        let span = s.distance(self.base, self.next);
+        span <= (1 << 14) && s.distance(self.base, id) < span
+    }
+
+    /// Bytes of packets waiting for window space.
+    pub(crate) fn waiting_bytes(&self) -> usize {
+        self.waiting_bytes
+    }
+
+    /// Drops waiting unreliable packets, oldest first, until `need` bytes are freed.
+    /// Returns the bytes and packets freed.
+    pub(crate) fn drop_waiting_unreliable(&mut self, need: usize) -> (usize, usize) {
+        let (mut freed, mut packets) = (0, 0);
+        self.waiting.retain(|(data, mode)| {
+            if freed < need && *mode == Mode::Unreliable {
+                freed += data.len();
+                packets += 1;
+                false
+            } else {
+                true
+            }
+        });
+        self.waiting_bytes -= freed;
+        (freed, packets)
+    }
+
+    /// Whether every packet has been handed to the transfer layer.
+    pub(crate) fn is_drained(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Forgets waiting packets.
+    pub(crate) fn clear(&mut self) {
+        self.waiting.clear();
+        self.waiting_bytes = 0;
+    }
+
+    /// The next id to be assigned.
+    pub(crate) fn next_id(&self) -> u32 {
+        self.next
+    }
+
+    /// `n_b`.
+    pub(crate) fn window_base(&self) -> u32 {
+        self.base
+    }
+}
