@@ -1,21 +1,50 @@
 //! POROUS: Packetized, Optionally-Reliable, Orthogonal UDP Streams.
 //!
-//! A connection-based protocol over UDP for realtime games: several independently ordered
-//! channels per connection, packets sent reliable, unreliable or passive, fragmentation,
-//! and TCP-friendly congestion control. This crate is the whole protocol as a pure
-//! *sans-IO* core: it consumes datagrams and timestamps and produces datagrams and events.
-//! It never touches a socket, a clock, a thread or a global; randomness is injected.
+//! A connection-based protocol over UDP for realtime games: several independently
+//! ordered channels per connection, packets sent [reliable, unreliable or
+//! passive](SendMode), fragmentation, and TCP-friendly congestion control. This crate is
+//! the whole protocol as a pure *sans-IO* core. It consumes datagrams and timestamps and
+//! produces datagrams and events; it never touches a socket, a clock, a thread or a
+//! global, and its randomness is injected. The same inputs give byte-identical outputs,
+//! which is what makes deterministic simulation tests, fuzzing and fixed-step engine loops
+//! possible. `porous-mio` and `porous-async-std` bind it to real sockets.
+//!
+//! # Using it
+//!
+//! Make a [`Host`] from a [`HostConfig`] and a seeded or OS random generator, then follow
+//! the call contract on [`Host`]: feed received datagrams and the application's calls, call
+//! [`Host::step`], drain [`Host::poll_transmit`] and [`Host::poll_event`], and wake again
+//! at [`Host::poll_timeout`].
+//!
+//! # Inside
+//!
+//! The modules follow the protocol's layers, bottom up: [`wire`] (the datagram format),
+//! [`seq`] (modular id arithmetic), the transfer layer (frames, acknowledgements, RTT,
+//! congestion control), the sequencing layer (channels), the peer state machine and the
+//! host. `docs/protocol.md` and `docs/wire-format.md` in the repository describe the
+//! protocol in prose.
 #![forbid(unsafe_code)]
 // Nothing a peer sends may panic the core: no unwrap/expect outside tests.
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod channel;
+mod config;
+mod event;
+mod host;
+mod peer;
 pub mod seq;
+mod stats;
+mod transfer;
 pub mod wire;
 
-#[allow(dead_code)]
-pub(crate) mod channel;
+pub use config::{ChannelConfig, ConfigError, HostConfig, PeerConfig, SequenceStart};
+pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, Transmit};
+pub use host::Host;
+pub use stats::{HostStats, PeerState, PeerStats, TransferStats};
+pub use transfer::Priority;
+pub use wire::SendMode;
+
 #[cfg(any(test, feature = "arbitrary"))]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod transfer;

@@ -5,14 +5,14 @@
 use std::fmt::Write as _;
 
 use porous_proto::wire::{
-    AckRange, DataHeader, DataWriter, Fragment, Key, Message, MessageKind, Mode, fragment_payload,
+    AckRange, DataHeader, DataWriter, Fragment, Key, Message, MessageKind, SendMode, fragment_payload,
 };
 
 const PAYLOAD: [u8; 32] = [0xAA; 32];
 
 fn reliable(channel: u8, id: u32) -> Message<'static> {
     Message {
-        kind: MessageKind::Fragment(Mode::Reliable),
+        kind: MessageKind::Fragment(SendMode::Reliable),
         channel,
         id,
         dependency: 1,
@@ -50,7 +50,8 @@ fn rows() -> Vec<Row> {
     let with_ack =
         datagram(DataHeader { frame: Some((0x2A, 1)), acks: &acks, ..Default::default() }, &[reliable(0, 0x05_0001)]);
     let ack_only = datagram(DataHeader { acks: &acks, ..Default::default() }, &[]);
-    let unreliable = Message { kind: MessageKind::Fragment(Mode::Unreliable), dependency: 0, ..reliable(0, 0x05_0001) };
+    let unreliable =
+        Message { kind: MessageKind::Fragment(SendMode::Unreliable), dependency: 0, ..reliable(0, 0x05_0001) };
     let unreliable = datagram(frame(0x2A), &[unreliable]);
     let big = vec![0u8; fragment_payload(1200)];
     let frag = Message { fragment: Fragment { index: 3, count: 10 }, payload: &big, ..reliable(0, 0x05_0001) };

@@ -25,8 +25,7 @@ use bytes::Bytes;
 
 use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
 use crate::transfer::{OutMessage, Priority, Transfer};
-use crate::wire::Mode;
-#[allow(unused_imports)] // the peer uses them (connections issue)
+use crate::wire::SendMode;
 pub(crate) use recv::{Admission, ChannelReceiver, Tier};
 pub(crate) use send::ChannelSender;
 
@@ -93,10 +92,6 @@ impl Budget {
         self.used
     }
 
-    pub(crate) fn cap(&self) -> usize {
-        self.cap
-    }
-
     /// Bytes that must be freed before `need` more fit.
     pub(crate) fn shortfall(&self, need: usize) -> usize {
         (self.used + need).saturating_sub(self.cap)
@@ -112,8 +107,6 @@ pub(crate) enum Violation {
     BadFragment,
     /// A packet larger than this side accepts.
     TooLarge,
-    /// A window acknowledgement for an id that is not a spaced id the sender sent.
-    BadWindowAck,
 }
 
 /// One channel of a connection: both directions.
@@ -142,14 +135,14 @@ impl Channel {
     pub(crate) fn send(
         &mut self,
         data: Bytes,
-        mode: Mode,
+        mode: SendMode,
         cap: usize,
         sink: &mut impl MessageSink,
     ) -> Result<usize, QueueFull> {
         let over = (self.held(sink) + data.len()).saturating_sub(cap);
         let mut dropped = 0;
         if over > 0 {
-            if mode != Mode::Unreliable {
+            if mode != SendMode::Unreliable {
                 return Err(QueueFull);
             }
             // Oldest first: what already waits in the transfer queues, then the packets

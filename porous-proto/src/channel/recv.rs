@@ -41,7 +41,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{Budget, ChannelParams, Violation};
 use crate::seq::SeqSpace;
-use crate::wire::{Message, MessageKind, Mode};
+use crate::wire::{Message, MessageKind, SendMode};
 
 /// What an entry costs besides its data: the entry itself and queue slack.
 pub(crate) const ENTRY_OVERHEAD: usize = 96;
@@ -63,7 +63,7 @@ enum Body {
 struct Entry {
     id: u32,
     dependency: u32,
-    mode: Option<Mode>,
+    mode: Option<SendMode>,
     sentinel: bool,
     body: Body,
     charged: usize,
@@ -108,11 +108,14 @@ impl Tier {
     pub(crate) const ALL: [Self; 3] = [Self::IncompleteUnreliable, Self::CompleteUnreliable, Self::Markers];
 }
 
-/// Whether a message may be stored regardless of the memory budget.
+/// How storing a message relates to the memory budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Admission {
-    /// Needed for progress, or costs nothing new: always stored.
-    Always,
+    /// Takes no new budget bytes.
+    Free,
+    /// Needed for the channel to make progress: stored whatever the budget (and with it
+    /// the rest of its frame, which is stored whole or not at all).
+    Progress,
     /// Stored only if this many budget bytes are available.
     Needs(usize),
 }
@@ -172,7 +175,9 @@ impl ChannelReceiver {
     /// Whether `m` is a fragment of the packet this channel waits for: reliable, with its
     /// own dependency delivered.
     pub(crate) fn is_head_of_line(&self, m: &Message<'_>) -> bool {
-        m.kind == MessageKind::Fragment(Mode::Reliable) && self.is_new(m.id) && self.dependency_met(m.id, m.dependency)
+        m.kind == MessageKind::Fragment(SendMode::Reliable)
+            && self.is_new(m.id)
+            && self.dependency_met(m.id, m.dependency)
     }
 
     /// How storing `m` relates to the memory budget (see the module docs).
@@ -181,8 +186,10 @@ impl ChannelReceiver {
         let whole_and_ready = m.fragment.count == 1
             && matches!(m.kind, MessageKind::Fragment(_))
             && self.dependency_met(m.id, m.dependency);
-        if need == 0 || self.charged == 0 || whole_and_ready || self.is_head_of_line(m) {
-            Admission::Always
+        if need == 0 {
+            Admission::Free
+        } else if self.charged == 0 || whole_and_ready || self.is_head_of_line(m) {
+            Admission::Progress
         } else {
             Admission::Needs(need)
         }
@@ -361,8 +368,8 @@ impl ChannelReceiver {
             }
             let complete = e.complete();
             let hit = match (tier, e.mode) {
-                (Tier::IncompleteUnreliable, Some(Mode::Unreliable)) => !complete,
-                (Tier::CompleteUnreliable, Some(Mode::Unreliable)) => complete,
+                (Tier::IncompleteUnreliable, Some(SendMode::Unreliable)) => !complete,
+                (Tier::CompleteUnreliable, Some(SendMode::Unreliable)) => complete,
                 _ => false,
             };
             if !hit || matches!(e.body, Body::Empty | Body::Evicted) {
@@ -384,11 +391,13 @@ impl ChannelReceiver {
     }
 
     /// Budget bytes held by this channel.
+    #[cfg(test)]
     pub(crate) fn charged(&self) -> usize {
         self.charged
     }
 
     /// Number of entries in the receive queue.
+    #[cfg(test)]
     pub(crate) fn entries(&self) -> usize {
         self.queue.len()
     }
@@ -407,7 +416,7 @@ fn charge(m: &Message<'_>, fragment_size: usize) -> usize {
 fn store(
     e: &mut Entry,
     m: &Message<'_>,
-    mode: Option<Mode>,
+    mode: Option<SendMode>,
     payload: Bytes,
     fragment_size: usize,
 ) -> Result<bool, Violation> {
@@ -416,10 +425,10 @@ fn store(
     }
     let Some(mode) = mode else {
         // A sentinel: only for unreliable packets.
-        if e.mode.is_some_and(|md| md != Mode::Unreliable) {
+        if e.mode.is_some_and(|md| md != SendMode::Unreliable) {
             return Err(Violation::Inconsistent);
         }
-        e.mode = Some(Mode::Unreliable);
+        e.mode = Some(SendMode::Unreliable);
         e.sentinel = true;
         return Ok(false);
     };

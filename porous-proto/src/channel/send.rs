@@ -18,7 +18,7 @@ use bytes::Bytes;
 use super::{ChannelParams, MessageSink};
 use crate::seq::SeqSpace;
 use crate::transfer::{OutMessage, Priority};
-use crate::wire::{Fragment, MessageKind, Mode};
+use crate::wire::{Fragment, MessageKind, SendMode};
 
 #[derive(Debug)]
 pub(crate) struct ChannelSender {
@@ -32,7 +32,7 @@ pub(crate) struct ChannelSender {
     base: u32,
     last_reliable: Option<u32>,
     /// Packets waiting for window space, not yet numbered.
-    waiting: VecDeque<(Bytes, Mode)>,
+    waiting: VecDeque<(Bytes, SendMode)>,
     waiting_bytes: usize,
 }
 
@@ -67,7 +67,7 @@ impl ChannelSender {
     }
 
     /// Sends a packet now, or keeps it until the window opens.
-    pub(crate) fn send(&mut self, data: Bytes, mode: Mode, sink: &mut impl MessageSink) {
+    pub(crate) fn send(&mut self, data: Bytes, mode: SendMode, sink: &mut impl MessageSink) {
         if self.waiting.is_empty() && self.window_open() {
             self.emit(data, mode, sink);
         } else {
@@ -76,7 +76,7 @@ impl ChannelSender {
         }
     }
 
-    fn emit(&mut self, data: Bytes, mode: Mode, sink: &mut impl MessageSink) {
+    fn emit(&mut self, data: Bytes, mode: SendMode, sink: &mut impl MessageSink) {
         let s = SeqSpace::PACKET;
         let id = self.next;
         self.next = s.add(id, 1);
@@ -84,7 +84,7 @@ impl ChannelSender {
             Some(r) if s.distance(r, id) < self.params.window => s.distance(r, id),
             _ => 0,
         };
-        if mode == Mode::Reliable {
+        if mode == SendMode::Reliable {
             self.last_reliable = Some(id);
         }
         let count = self.fragments_for(data.len());
@@ -105,7 +105,7 @@ impl ChannelSender {
                 },
             );
         }
-        if mode == Mode::Unreliable && s.is_spaced(id, self.params.ack_spacing) {
+        if mode == SendMode::Unreliable && s.is_spaced(id, self.params.ack_spacing) {
             sink.enqueue(
                 self.priority,
                 OutMessage {
@@ -157,7 +157,7 @@ impl ChannelSender {
     pub(crate) fn drop_waiting_unreliable(&mut self, need: usize) -> (usize, usize) {
         let (mut freed, mut packets) = (0, 0);
         self.waiting.retain(|(data, mode)| {
-            if freed < need && *mode == Mode::Unreliable {
+            if freed < need && *mode == SendMode::Unreliable {
                 freed += data.len();
                 packets += 1;
                 false
@@ -180,12 +180,8 @@ impl ChannelSender {
         self.waiting_bytes = 0;
     }
 
-    /// The next id to be assigned.
-    pub(crate) fn next_id(&self) -> u32 {
-        self.next
-    }
-
     /// `n_b`.
+    #[cfg(test)]
     pub(crate) fn window_base(&self) -> u32 {
         self.base
     }

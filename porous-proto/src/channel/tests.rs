@@ -8,7 +8,7 @@ use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 use super::*;
 use crate::seq::SeqSpace;
-use crate::wire::{Fragment, Message, MessageKind, Mode};
+use crate::wire::{Fragment, Message, MessageKind, SendMode};
 
 #[derive(Default)]
 struct Capture(Vec<OutMessage>);
@@ -25,7 +25,7 @@ impl MessageSink for Capture {
     fn drop_unreliable(&mut self, channel: u8, need: usize) -> usize {
         let mut freed = 0;
         self.0.retain(|m| {
-            let hit = freed < need && m.channel == channel && m.kind == MessageKind::Fragment(Mode::Unreliable);
+            let hit = freed < need && m.channel == channel && m.kind == MessageKind::Fragment(SendMode::Unreliable);
             if hit {
                 freed += m.cost();
             }
@@ -69,7 +69,7 @@ fn drain(r: &mut ChannelReceiver, budget: &mut Budget) -> Vec<u32> {
     out
 }
 
-fn send(s: &mut ChannelSender, mode: Mode, seq: u32) -> Vec<OutMessage> {
+fn send(s: &mut ChannelSender, mode: SendMode, seq: u32) -> Vec<OutMessage> {
     let mut c = Capture::default();
     s.send(packet(seq, 8), mode, &mut c);
     c.0
@@ -79,14 +79,14 @@ fn send(s: &mut ChannelSender, mode: Mode, seq: u32) -> Vec<OutMessage> {
 fn figure_10_dependencies_are_distances_to_the_previous_reliable_packet() {
     let (mut s, _) = pair(SMALL, 0, 100);
     let modes = [
-        Mode::Reliable,
-        Mode::Unreliable,
-        Mode::Passive,
-        Mode::Reliable,
-        Mode::Unreliable,
-        Mode::Passive,
-        Mode::Unreliable,
-        Mode::Unreliable,
+        SendMode::Reliable,
+        SendMode::Unreliable,
+        SendMode::Passive,
+        SendMode::Reliable,
+        SendMode::Unreliable,
+        SendMode::Passive,
+        SendMode::Unreliable,
+        SendMode::Unreliable,
     ];
     let mut deps = Vec::new();
     let mut sink = Capture::default();
@@ -110,10 +110,10 @@ fn figure_10_dependencies_are_distances_to_the_previous_reliable_packet() {
 fn figure_11_the_queue_waits_for_r3_then_skips_p5() {
     let (mut s, mut r) = pair(SMALL, 3, 100);
     let mut budget = Budget::new(usize::MAX);
-    let r3 = send(&mut s, Mode::Reliable, 3);
-    let p4 = send(&mut s, Mode::Passive, 4);
-    let p5 = send(&mut s, Mode::Passive, 5);
-    let u6 = send(&mut s, Mode::Unreliable, 6);
+    let r3 = send(&mut s, SendMode::Reliable, 3);
+    let p4 = send(&mut s, SendMode::Passive, 4);
+    let p5 = send(&mut s, SendMode::Passive, 5);
+    let u6 = send(&mut s, SendMode::Unreliable, 6);
     assert_eq!((p4[0].dependency, u6[0].dependency), (1, 3), "p4 and u6 depend on r3");
     give(&mut r, &mut budget, &p4[0]);
     give(&mut r, &mut budget, &u6[0]);
@@ -129,15 +129,15 @@ fn figure_11_the_queue_waits_for_r3_then_skips_p5() {
 fn figure_8_window_acknowledgements_advance_both_windows() {
     let (mut s, mut r) = pair(SMALL, 0, 100);
     let mut budget = Budget::new(usize::MAX);
-    let u0 = send(&mut s, Mode::Unreliable, 0);
-    let r1 = send(&mut s, Mode::Reliable, 1);
-    let _u2 = send(&mut s, Mode::Unreliable, 2);
-    let u3 = send(&mut s, Mode::Unreliable, 3);
+    let u0 = send(&mut s, SendMode::Unreliable, 0);
+    let r1 = send(&mut s, SendMode::Reliable, 1);
+    let _u2 = send(&mut s, SendMode::Unreliable, 2);
+    let u3 = send(&mut s, SendMode::Unreliable, 3);
     assert_eq!(u0.len(), 1);
     assert_eq!(u3.len(), 2, "u3 is followed by the sentinel s3");
     assert_eq!(u3[1].kind, MessageKind::Sentinel);
     // The window [0, 4) is full: r4 waits.
-    assert!(send(&mut s, Mode::Reliable, 4).is_empty());
+    assert!(send(&mut s, SendMode::Reliable, 4).is_empty());
     // Every unreliable message is dropped; r1 and s3 arrive.
     give(&mut r, &mut budget, &r1[0]);
     give(&mut r, &mut budget, &u3[1]);
@@ -170,13 +170,13 @@ fn figure_9_sentinels_unblock_a_window_of_lost_unreliable_packets() {
     let mut budget = Budget::new(usize::MAX);
     let mut sentinels = Vec::new();
     for seq in 1..=24 {
-        for m in send(&mut s, Mode::Unreliable, seq) {
+        for m in send(&mut s, SendMode::Unreliable, seq) {
             if m.kind == MessageKind::Sentinel {
                 sentinels.push(m);
             }
         }
     }
-    assert!(send(&mut s, Mode::Unreliable, 25).is_empty(), "the window is full");
+    assert!(send(&mut s, SendMode::Unreliable, 25).is_empty(), "the window is full");
     let ids: Vec<u32> = sentinels.iter().map(|m| m.id).collect();
     assert_eq!(ids, [3, 7, 11, 15, 19, 23], "N_Q / M sentinels");
     for m in &sentinels {
@@ -197,7 +197,7 @@ fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
     let mut budget = Budget::new(usize::MAX);
     let mut c = Capture::default();
     let data = packet(7, 95);
-    s.send(data.clone(), Mode::Reliable, &mut c);
+    s.send(data.clone(), SendMode::Reliable, &mut c);
     assert_eq!(c.0.len(), 10);
     for m in c.0.iter().rev() {
         give(&mut r, &mut budget, m);
@@ -222,11 +222,11 @@ fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
 fn eviction_drops_only_unreliable_data() {
     let (mut s, mut r) = pair(ChannelParams::default(), 0, 10);
     let mut budget = Budget::new(usize::MAX);
-    let r0 = send(&mut s, Mode::Reliable, 0); // withheld: the channel stalls
+    let r0 = send(&mut s, SendMode::Reliable, 0); // withheld: the channel stalls
     let mut c = Capture::default();
-    s.send(packet(1, 25), Mode::Unreliable, &mut c); // 3 fragments, one withheld
-    s.send(packet(2, 25), Mode::Passive, &mut c); // 3 fragments, one withheld
-    s.send(packet(3, 8), Mode::Reliable, &mut c);
+    s.send(packet(1, 25), SendMode::Unreliable, &mut c); // 3 fragments, one withheld
+    s.send(packet(2, 25), SendMode::Passive, &mut c); // 3 fragments, one withheld
+    s.send(packet(3, 8), SendMode::Reliable, &mut c);
     for m in c.0.iter().filter(|m| m.fragment.index != 2) {
         give(&mut r, &mut budget, m);
     }
@@ -252,18 +252,18 @@ fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     let mut ch = Channel { index: 0, send, recv };
     let mut sink = Capture::default();
     // 100-byte cap: u0 (40) and r1 (40) fit; r2 does not.
-    assert_eq!(ch.send(packet(0, 40), Mode::Unreliable, 100, &mut sink), Ok(0));
-    assert_eq!(ch.send(packet(1, 40), Mode::Reliable, 100, &mut sink), Ok(0));
-    assert_eq!(ch.send(packet(2, 40), Mode::Reliable, 100, &mut sink), Err(QueueFull));
-    assert_eq!(ch.send(packet(2, 40), Mode::Passive, 100, &mut sink), Err(QueueFull));
+    assert_eq!(ch.send(packet(0, 40), SendMode::Unreliable, 100, &mut sink), Ok(0));
+    assert_eq!(ch.send(packet(1, 40), SendMode::Reliable, 100, &mut sink), Ok(0));
+    assert_eq!(ch.send(packet(2, 40), SendMode::Reliable, 100, &mut sink), Err(QueueFull));
+    assert_eq!(ch.send(packet(2, 40), SendMode::Passive, 100, &mut sink), Err(QueueFull));
     // An unreliable packet pushes the oldest unreliable one out.
-    assert_eq!(ch.send(packet(3, 40), Mode::Unreliable, 100, &mut sink), Ok(0));
+    assert_eq!(ch.send(packet(3, 40), SendMode::Unreliable, 100, &mut sink), Ok(0));
     assert_eq!(ch.held(&sink), 80);
     let ids: Vec<u32> = sink.0.iter().map(|m| seq_of(&m.payload)).collect();
     assert_eq!(ids, [1, 3]);
     // When only reliable data is left, the new unreliable packet itself is dropped.
-    assert_eq!(ch.send(packet(4, 60), Mode::Reliable, 100, &mut sink), Err(QueueFull));
-    assert_eq!(ch.send(packet(5, 70), Mode::Unreliable, 100, &mut sink), Ok(1));
+    assert_eq!(ch.send(packet(4, 60), SendMode::Reliable, 100, &mut sink), Err(QueueFull));
+    assert_eq!(ch.send(packet(5, 70), SendMode::Unreliable, 100, &mut sink), Ok(1));
     assert_eq!(ch.held(&sink), 40);
 }
 
@@ -351,9 +351,9 @@ fn run(sc: &Scenario) -> Result<(), String> {
                     break;
                 }
                 let mode = match rng.below(3) {
-                    0 => Mode::Reliable,
-                    1 => Mode::Unreliable,
-                    _ => Mode::Passive,
+                    0 => SendMode::Reliable,
+                    1 => SendMode::Unreliable,
+                    _ => SendMode::Passive,
                 };
                 modes.push(mode);
                 s.send(packet(sent, 4 + rng.below(60) as usize), mode, &mut sink);
@@ -421,7 +421,7 @@ fn run(sc: &Scenario) -> Result<(), String> {
     // Every reliable packet exactly once; nothing stalled forever.
     let got: BTreeSet<u32> = delivered.iter().copied().collect();
     for (seq, mode) in modes.iter().enumerate() {
-        if *mode == Mode::Reliable && !got.contains(&(seq as u32)) {
+        if *mode == SendMode::Reliable && !got.contains(&(seq as u32)) {
             return Err(format!("reliable packet {seq} never delivered ({} of {total} sent)", sent));
         }
     }

@@ -45,6 +45,7 @@ impl Receiver {
     }
 
     /// One past the newest frame received.
+    #[cfg(test)]
     pub(crate) fn base(&self) -> u32 {
         self.i_b
     }

@@ -119,10 +119,6 @@ impl InFlight {
         self.frames.iter().filter(|f| f.state != State::Done).count()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.frames.is_empty()
-    }
-
     /// Whether a new frame would still fall inside the transfer window of `window` frames.
     pub(crate) fn window_open(&self, window: u32) -> bool {
         SeqSpace::FRAME.distance(self.k_b, self.next) < window
@@ -201,11 +197,6 @@ impl InFlight {
         None
     }
 
-    /// Whether any frame waits to be resent.
-    pub(crate) fn has_lost(&self) -> bool {
-        self.frames.iter().any(|f| f.state == State::Lost)
-    }
-
     /// A lost frame was transmitted again, now `size` bytes.
     pub(crate) fn resent(&mut self, id: u32, size: usize, now: Instant) {
         let Some(i) = self.index(id) else { return };
@@ -245,6 +236,7 @@ impl InFlight {
     }
 
     /// Whether `id` was never sent: at or beyond `next`, within half the space.
+    #[cfg(test)]
     pub(crate) fn is_unsent(&self, id: u32) -> bool {
         let s = SeqSpace::FRAME;
         id == self.next || s.is_newer(id, self.next)
@@ -371,26 +363,20 @@ impl InFlight {
         self.flight = 0;
         self.k_b = self.next;
     }
-
-    /// Every frame in the queue, oldest first (for invariant checks in tests).
-    #[cfg(test)]
-    pub(crate) fn frames(&self) -> impl Iterator<Item = &Frame> {
-        self.frames.iter()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::transfer::queues::tests::msg;
-    use crate::wire::Mode;
+    use crate::wire::SendMode;
 
-    fn frame(q: &mut InFlight, modes: &[Mode], now: Instant) -> u32 {
+    fn frame(q: &mut InFlight, modes: &[SendMode], now: Instant) -> u32 {
         let first = q.store_end();
         for (i, &m) in modes.iter().enumerate() {
             q.store_message(msg(0, i as u32, m, 100));
         }
-        let reliable = modes.iter().any(|&m| m != Mode::Unreliable);
+        let reliable = modes.iter().any(|&m| m != SendMode::Unreliable);
         q.push(first, reliable, 100 * modes.len(), now)
     }
 
@@ -398,9 +384,9 @@ mod tests {
     fn acks_release_frames_and_advance_the_base_only_from_the_front() {
         let t = Instant::now();
         let mut q = InFlight::new(u32::MAX - 1);
-        let a = frame(&mut q, &[Mode::Reliable], t);
-        let b = frame(&mut q, &[Mode::Reliable, Mode::Unreliable], t);
-        let c = frame(&mut q, &[Mode::Unreliable], t);
+        let a = frame(&mut q, &[SendMode::Reliable], t);
+        let b = frame(&mut q, &[SendMode::Reliable, SendMode::Unreliable], t);
+        let c = frame(&mut q, &[SendMode::Unreliable], t);
         assert_eq!((a, b, c), (u32::MAX - 1, u32::MAX, 0));
         assert_eq!(q.flight(), 400);
         let mut released = 0;
@@ -419,7 +405,7 @@ mod tests {
         let t = Instant::now();
         let ms = Duration::from_millis(1);
         let mut q = InFlight::new(0);
-        let ids: Vec<u32> = (0..6).map(|i| frame(&mut q, &[Mode::Reliable], t + i * ms)).collect();
+        let ids: Vec<u32> = (0..6).map(|i| frame(&mut q, &[SendMode::Reliable], t + i * ms)).collect();
         // Acknowledging frame 3 (serial 3) makes serial 0 lost: 0 + 3 <= 3.
         q.ack(ids[3], |_| {});
         let mut lost = Vec::new();
@@ -435,9 +421,9 @@ mod tests {
     fn dropped_frames_strip_unreliable_messages_or_become_sentinels() {
         let t = Instant::now();
         let mut q = InFlight::new(10);
-        let mixed = frame(&mut q, &[Mode::Reliable, Mode::Unreliable], t);
-        let unrel = frame(&mut q, &[Mode::Unreliable], t);
-        let spaced = frame(&mut q, &[Mode::Unreliable], t);
+        let mixed = frame(&mut q, &[SendMode::Reliable, SendMode::Unreliable], t);
+        let unrel = frame(&mut q, &[SendMode::Unreliable], t);
+        let spaced = frame(&mut q, &[SendMode::Unreliable], t);
         let size_of = |q: &InFlight, r: &Range<u64>| 9 + 100 * q.messages(r).count();
         let mut stripped = 0;
         assert!(matches!(q.drop_frame(mixed, false, |_| stripped += 1, size_of), Some(Outcome::ToResend)));

@@ -21,9 +21,6 @@
 //! the queues while the congestion and transfer windows allow. Pings and their echoes ride
 //! on whatever goes out first.
 
-// The peer (connections issue) is the caller; until it lands, parts are test-only.
-#![allow(dead_code)]
-
 mod acks;
 mod congestion;
 mod inflight;
@@ -205,6 +202,7 @@ impl Transfer {
     }
 
     /// Number of messages waiting in the send queues.
+    #[cfg(test)]
     pub(crate) fn queued_messages(&self) -> usize {
         self.queues.len()
     }
@@ -224,15 +222,6 @@ impl Transfer {
         !self.queues.is_empty()
             && self.inflight.window_open(self.cfg.frame_window)
             && self.cc.window() > self.inflight.flight() + FRAME_BASE
-    }
-
-    /// Whether [`Transfer::poll_datagram`] would send something now.
-    pub(crate) fn wants_to_send(&self, now: Instant) -> bool {
-        self.receiver.ack_due()
-            || self.ping.echo().is_some()
-            || self.ping.due(now, self.ping_period())
-            || self.inflight.first_resendable(self.cc.window()).is_some()
-            || self.can_open_frame()
     }
 
     /// Writes the next datagram of this flush into `out`, returning its length, or `None`
@@ -524,18 +513,15 @@ impl Transfer {
     }
 
     /// `k_b`, the base of the transfer window.
+    #[cfg(test)]
     pub(crate) fn window_base(&self) -> u32 {
         self.inflight.base()
     }
 
     /// `H`, the next frame id.
+    #[cfg(test)]
     pub(crate) fn next_frame_id(&self) -> u32 {
         self.inflight.next_id()
-    }
-
-    /// `i_b`, one past the newest frame received.
-    pub(crate) fn receive_base(&self) -> u32 {
-        self.receiver.base()
     }
 }
 

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::wire::{Fragment, Message, MessageKind, Mode};
+use crate::wire::{Fragment, Message, MessageKind, SendMode};
 
 /// A channel's priority in the transfer layer's send queues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -81,6 +81,7 @@ impl SendQueues {
     }
 
     /// Number of messages waiting.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.live
     }
@@ -127,7 +128,7 @@ impl SendQueues {
         for q in [&mut self.high, &mut self.low] {
             for slot in q.iter_mut() {
                 let Some(m) = slot else { continue };
-                if m.channel != channel || m.kind != MessageKind::Fragment(Mode::Unreliable) {
+                if m.channel != channel || m.kind != MessageKind::Fragment(SendMode::Unreliable) {
                     continue;
                 }
                 match victim {
@@ -159,7 +160,7 @@ impl SendQueues {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn msg(channel: u8, id: u32, mode: Mode, len: usize) -> OutMessage {
+    pub(crate) fn msg(channel: u8, id: u32, mode: SendMode, len: usize) -> OutMessage {
         OutMessage {
             kind: MessageKind::Fragment(mode),
             channel,
@@ -173,10 +174,10 @@ pub(crate) mod tests {
     #[test]
     fn high_before_low_fifo_within() {
         let mut q = SendQueues::default();
-        q.push(Priority::Low, msg(1, 0, Mode::Reliable, 1));
-        q.push(Priority::High, msg(0, 0, Mode::Reliable, 1));
-        q.push(Priority::Low, msg(1, 1, Mode::Reliable, 1));
-        q.push(Priority::High, msg(0, 1, Mode::Reliable, 1));
+        q.push(Priority::Low, msg(1, 0, SendMode::Reliable, 1));
+        q.push(Priority::High, msg(0, 0, SendMode::Reliable, 1));
+        q.push(Priority::Low, msg(1, 1, SendMode::Reliable, 1));
+        q.push(Priority::High, msg(0, 1, SendMode::Reliable, 1));
         let mut order = Vec::new();
         while let Some((p, m)) = q.front() {
             let key = (m.channel, m.id);
@@ -191,15 +192,15 @@ pub(crate) mod tests {
     fn dropping_unreliable_takes_whole_packets_oldest_first_and_keeps_the_rest() {
         let mut q = SendQueues::default();
         let frag =
-            |id, index| OutMessage { fragment: Fragment { index, count: 2 }, ..msg(3, id, Mode::Unreliable, 10) };
+            |id, index| OutMessage { fragment: Fragment { index, count: 2 }, ..msg(3, id, SendMode::Unreliable, 10) };
         q.push(Priority::High, frag(5, 0));
-        q.push(Priority::High, msg(3, 6, Mode::Reliable, 10));
+        q.push(Priority::High, msg(3, 6, SendMode::Reliable, 10));
         q.push(Priority::High, frag(5, 1));
-        q.push(Priority::High, msg(4, 7, Mode::Unreliable, 10));
+        q.push(Priority::High, msg(4, 7, SendMode::Unreliable, 10));
         q.push(Priority::High, frag(8, 0));
         q.push(
             Priority::High,
-            OutMessage { kind: MessageKind::Sentinel, payload: Bytes::new(), ..msg(3, 8, Mode::Unreliable, 0) },
+            OutMessage { kind: MessageKind::Sentinel, payload: Bytes::new(), ..msg(3, 8, SendMode::Unreliable, 0) },
         );
         let mut seen = Vec::new();
         let freed = q.drop_unreliable(3, 1, |m| seen.push((m.id, m.fragment.index)));

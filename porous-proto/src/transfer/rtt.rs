@@ -61,6 +61,7 @@ impl Rtt {
     }
 
     /// The host stepped `interval` after its previous step.
+    #[cfg(test)]
     pub(crate) fn on_step(&mut self, interval: Duration) {
         self.step = if self.step.is_zero() { interval } else { self.step * 7 / 8 + interval / 8 };
         self.update_rto();
@@ -88,6 +89,7 @@ impl Rtt {
         self.latest
     }
 
+    #[cfg(test)]
     pub(crate) fn step(&self) -> Duration {
         self.step
     }

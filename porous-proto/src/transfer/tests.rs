@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use super::*;
-use crate::wire::{Expand, Fragment, MessageKind, Mode};
+use crate::wire::{Expand, Fragment, MessageKind, SendMode};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -34,7 +34,7 @@ impl Expand for Exp<'_> {
     }
 }
 
-fn message(channel: u8, id: u32, mode: Mode, len: usize) -> OutMessage {
+fn message(channel: u8, id: u32, mode: SendMode, len: usize) -> OutMessage {
     OutMessage {
         kind: MessageKind::Fragment(mode),
         channel,
@@ -95,7 +95,7 @@ fn figure_5_high_priority_first_and_the_window_limits_the_last_frame() {
     for (id, prio) in
         [(0, Priority::High), (1, Priority::Low), (2, Priority::High), (3, Priority::High), (4, Priority::Low)]
     {
-        a.enqueue(prio, message(0, id, Mode::Reliable, 400));
+        a.enqueue(prio, message(0, id, SendMode::Reliable, 400));
     }
     let key = Key::connection(1, 2);
     let sent = flush(&mut a, t0, key);
@@ -111,12 +111,12 @@ fn acks_piggyback_on_data_and_go_first_alone_when_they_do_not_fit() {
     let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
     let mut a = Transfer::new(cfg(600), 100, 200);
     let mut b = Transfer::new(cfg(600), 200, 100);
-    a.enqueue(Priority::High, message(0, 1, Mode::Reliable, 10));
+    a.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 10));
     for d in flush(&mut a, t0, kab) {
         deliver(&mut b, t0, kab, &d);
     }
     // b owes an acknowledgement and has data: one datagram carries both.
-    b.enqueue(Priority::High, message(0, 9, Mode::Reliable, 10));
+    b.enqueue(Priority::High, message(0, 9, SendMode::Reliable, 10));
     let out = flush(&mut b, t0 + MS, kba);
     let frames_with_acks = out
         .iter()
@@ -141,7 +141,7 @@ fn lost_unreliable_frames_are_discarded_or_become_sentinels() {
     let mut a = Transfer::new(c, 0, 0);
     let mut sent = 0;
     for i in 0..4 {
-        a.enqueue(Priority::High, message(0, i, Mode::Unreliable, 1100));
+        a.enqueue(Priority::High, message(0, i, SendMode::Unreliable, 1100));
         sent += flush(&mut a, t0, key).len();
     }
     assert_eq!(sent, 4);
@@ -220,8 +220,8 @@ fn lossy_exchange(loss: f64, seed: u64) {
         now = t0 + step * 10 * MS;
         if queued < total {
             for _ in 0..6 {
-                let mode = if queued.is_multiple_of(3) { Mode::Unreliable } else { Mode::Reliable };
-                if mode == Mode::Reliable {
+                let mode = if queued.is_multiple_of(3) { SendMode::Unreliable } else { SendMode::Reliable };
+                if mode == SendMode::Reliable {
                     reliable.insert(queued);
                 }
                 a.enqueue(Priority::High, message(0, queued, mode, 50 + (queued as usize * 37) % 700));

@@ -437,7 +437,7 @@ impl<'a, E: Expand> Iterator for Messages<'a, '_, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::message::{Fragment, MessageKind, Mode};
+    use crate::wire::message::{Fragment, MessageKind, SendMode};
 
     /// Expands relative to fixed references.
     struct Fixed {
@@ -462,7 +462,7 @@ mod tests {
 
     fn msg(id: u32, payload: &[u8]) -> Message<'_> {
         Message {
-            kind: MessageKind::Fragment(Mode::Reliable),
+            kind: MessageKind::Fragment(SendMode::Reliable),
             channel: 2,
             id,
             dependency: 1,

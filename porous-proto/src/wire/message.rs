@@ -40,7 +40,7 @@ pub const MESSAGE_HEADER_MAX: usize = 1 + 1 + 3 + 3 + 3 + 3 + 3;
 /// How a packet is delivered (spec §2.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum Mode {
+pub enum SendMode {
     /// Resent until acknowledged; the channel stalls until it is delivered.
     Reliable,
     /// Sent once; delivered if it arrives in time, skipped otherwise.
@@ -54,7 +54,7 @@ pub enum Mode {
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum MessageKind {
     /// A fragment (possibly the only one) of a packet sent in the given mode.
-    Fragment(Mode),
+    Fragment(SendMode),
     /// A sentinel packet message (spec §3.2.2): the id and dependency of an unreliable
     /// packet, sent reliably so the receiver can skip that packet if its data never comes.
     Sentinel,
@@ -65,7 +65,7 @@ pub enum MessageKind {
 impl MessageKind {
     /// Whether the transfer layer must resend this message until acknowledged.
     pub const fn is_reliable(self) -> bool {
-        !matches!(self, Self::Fragment(Mode::Unreliable))
+        !matches!(self, Self::Fragment(SendMode::Unreliable))
     }
 }
 
@@ -151,11 +151,11 @@ impl Implicit for NoImplicit {
     fn implicit(&mut self, _end: usize, _full: u32) {}
 }
 
-fn mode_bits(mode: Mode) -> u8 {
+fn mode_bits(mode: SendMode) -> u8 {
     match mode {
-        Mode::Reliable => 0b00,
-        Mode::Unreliable => 0b01,
-        Mode::Passive => 0b10,
+        SendMode::Reliable => 0b00,
+        SendMode::Unreliable => 0b01,
+        SendMode::Passive => 0b10,
     }
 }
 
@@ -294,9 +294,9 @@ impl RunContext {
         let kind_bits = h >> 6;
         let low = h & 0b11;
         let kind = match (kind_bits, low) {
-            (0b00, _) => MessageKind::Fragment(Mode::Reliable),
-            (0b01, _) => MessageKind::Fragment(Mode::Unreliable),
-            (0b10, _) => MessageKind::Fragment(Mode::Passive),
+            (0b00, _) => MessageKind::Fragment(SendMode::Reliable),
+            (0b01, _) => MessageKind::Fragment(SendMode::Unreliable),
+            (0b10, _) => MessageKind::Fragment(SendMode::Passive),
             (_, SUB_SENTINEL) => MessageKind::Sentinel,
             (_, SUB_WINDOW_ACK) => MessageKind::WindowAck,
             _ => return Err(DecodeError::UnknownMessage(h)),
@@ -399,7 +399,7 @@ mod tests {
 
     fn rel(channel: u8, id: u32, dependency: u32, payload: &[u8]) -> Message<'_> {
         Message {
-            kind: MessageKind::Fragment(Mode::Reliable),
+            kind: MessageKind::Fragment(SendMode::Reliable),
             channel,
             id,
             dependency,
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn unreliable_run_after_a_reliable_packet_shares_its_dependency() {
         let p = [0u8; 4];
-        let mk = |id, dep| Message { kind: MessageKind::Fragment(Mode::Unreliable), ..rel(1, id, dep, &p) };
+        let mk = |id, dep| Message { kind: MessageKind::Fragment(SendMode::Unreliable), ..rel(1, id, dep, &p) };
         let sentinel = Message { kind: MessageKind::Sentinel, payload: &[], ..rel(1, 12, 3, &p) };
         let msgs = [mk(10, 1), mk(11, 2), mk(12, 3), sentinel, mk(13, 4)];
         let out = roundtrip(&msgs, false, 0);
@@ -446,7 +446,7 @@ mod tests {
             fragment: Fragment::WHOLE,
             payload: &[],
         };
-        let passive = Message { kind: MessageKind::Fragment(Mode::Passive), ..rel(200, 0, 2, &[]) };
+        let passive = Message { kind: MessageKind::Fragment(SendMode::Passive), ..rel(200, 0, 2, &[]) };
         roundtrip(&[frag, wack, passive], true, 0xFF_FFF0);
         roundtrip(&[wack], false, 0);
     }

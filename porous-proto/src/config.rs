@@ -1,0 +1,288 @@
+//! Configuration of a [`Host`](crate::Host) and of the connections it makes.
+//!
+//! [`HostConfig::default()`] suits a typical game out of the box: 4 channels, 1200-byte
+//! datagrams, up to 1024 peers, 1 MiB packets, no bandwidth cap (the congestion
+//! controller finds the path's capacity), 10 s timeouts. Every value is checked by
+//! [`HostConfig::validate`] (which [`Host::new`](crate::Host::new) calls) with an error
+//! that says what to change.
+//!
+//! The structs are `#[non_exhaustive]`: start from the default and assign fields.
+//!
+//! ```
+//! use porous_proto::{ChannelConfig, HostConfig, Priority};
+//! let mut config = HostConfig::default();
+//! config.max_peers = 64;
+//! config.peer.app_version = 7;
+//! config.peer.channels = vec![ChannelConfig::default(), ChannelConfig::with_priority(Priority::Low)];
+//! assert!(config.validate().is_ok());
+//! ```
+
+use std::time::Duration;
+
+use crate::transfer::Priority;
+use crate::wire::{self, MAX_MTU, MIN_MTU};
+
+/// Settings of one channel, local to this side (not negotiated).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChannelConfig {
+    /// Priority of the channel's messages in the transfer layer's send queues.
+    pub priority: Priority,
+    /// Most payload bytes the channel may hold on the sending side (waiting, queued or in
+    /// flight). Beyond it reliable and passive sends fail with
+    /// [`SendError::QueueFull`](crate::SendError::QueueFull) and older unreliable packets
+    /// are dropped.
+    pub max_queued_bytes: usize,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        Self { priority: Priority::High, max_queued_bytes: 4 << 20 }
+    }
+}
+
+impl ChannelConfig {
+    /// A channel with the default queue limit and the given priority.
+    pub fn with_priority(priority: Priority) -> Self {
+        Self { priority, ..Self::default() }
+    }
+}
+
+/// Settings of each connection. The application version and the channel count must be
+/// equal on both sides; the datagram size and bandwidths are negotiated; the rest is
+/// local.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerConfig {
+    /// The application's protocol version. Peers with different versions are refused with
+    /// [`Mismatch::AppVersion`](crate::Mismatch::AppVersion).
+    pub app_version: u32,
+    /// The channels, 1 to 255. Both sides must have the same number.
+    pub channels: Vec<ChannelConfig>,
+    /// Largest datagram (UDP payload) to send and accept, 128 to 65,507 bytes. The
+    /// connection uses the smaller of both sides'. 1200 is safe on the internet.
+    pub mtu: usize,
+    /// Largest packet this side accepts; also the largest it sends (a connection uses the
+    /// smaller of both sides' limits for each direction).
+    pub max_packet_size: usize,
+    /// Most bytes of incomplete or undelivered packets held per peer before the receiver
+    /// evicts unreliable data and holds back the sender.
+    pub max_reassembly_bytes: usize,
+    /// Bytes per second this side accepts, 0 for no limit. The remote sends at most this.
+    pub incoming_bandwidth: u32,
+    /// Bytes per second this side sends at most, 0 for no limit.
+    pub outgoing_bandwidth: u32,
+    /// A connection with nothing received for this long times out.
+    pub timeout: Duration,
+    /// A connection attempt not completed in this long times out.
+    pub connect_timeout: Duration,
+    /// How long a graceful disconnection may wait for its acknowledgement.
+    pub disconnect_timeout: Duration,
+    /// How long a disconnected peer lingers, acknowledging repeated disconnection requests
+    /// and ignoring the rest, before it is deleted.
+    pub linger: Duration,
+    /// Interval of keepalive pings on an idle connection (pings go once per RTT while data
+    /// is in flight).
+    pub ping_interval: Duration,
+    /// First interval between connection requests; doubles up to 1 s.
+    pub connect_retry: Duration,
+    /// Congestion window before the first acknowledgement, in datagrams.
+    pub initial_window: usize,
+}
+
+impl Default for PeerConfig {
+    fn default() -> Self {
+        Self {
+            app_version: 0,
+            channels: vec![ChannelConfig::default(); 4],
+            mtu: 1200,
+            max_packet_size: 1 << 20,
+            max_reassembly_bytes: 4 << 20,
+            incoming_bandwidth: 0,
+            outgoing_bandwidth: 0,
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            disconnect_timeout: Duration::from_secs(3),
+            linger: Duration::from_secs(3),
+            ping_interval: Duration::from_millis(500),
+            connect_retry: Duration::from_millis(200),
+            initial_window: 10,
+        }
+    }
+}
+
+/// Where sequence numbers start. `Random` is right for real use; `Fixed` lets tests
+/// (yours and ours) start frame and packet ids where they like, such as just below the
+/// wrap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SequenceStart {
+    /// Frame ids start at the connection's random nonce, packet ids at random.
+    #[default]
+    Random,
+    /// Frame ids start at `frame`, packet ids at `packet` (taken modulo 2^24).
+    Fixed {
+        /// First frame id.
+        frame: u32,
+        /// First packet id of every channel.
+        packet: u32,
+    },
+}
+
+/// Settings of a [`Host`](crate::Host).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostConfig {
+    /// Most peers at once, in any state. A connection request beyond it is refused with
+    /// [`DisconnectReason::HostFull`](crate::DisconnectReason::HostFull) on the requester
+    /// and allocates nothing.
+    pub max_peers: usize,
+    /// Whether remote hosts may connect to this one.
+    pub accept_incoming: bool,
+    /// Settings of every connection.
+    pub peer: PeerConfig,
+    /// Where sequence numbers start.
+    pub sequence_start: SequenceStart,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            max_peers: 1024,
+            accept_incoming: true,
+            peer: PeerConfig::default(),
+            sequence_start: SequenceStart::Random,
+        }
+    }
+}
+
+/// A configuration value out of range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `max_peers` is 0.
+    NoPeers,
+    /// There must be between 1 and 255 channels.
+    ChannelCount(usize),
+    /// `mtu` outside 128..=65507.
+    Mtu(usize),
+    /// `max_packet_size` is 0 or needs more fragments than the protocol allows at this MTU.
+    MaxPacketSize {
+        /// The configured value.
+        size: usize,
+        /// The largest allowed at this MTU.
+        max: usize,
+    },
+    /// `max_reassembly_bytes` is smaller than one datagram.
+    ReassemblyTooSmall(usize),
+    /// A channel's `max_queued_bytes` is 0.
+    ChannelQueue(usize),
+    /// A duration that must be positive is zero (names the field).
+    ZeroDuration(&'static str),
+    /// `initial_window` is 0.
+    InitialWindow,
+}
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoPeers => f.write_str("max_peers must be at least 1"),
+            Self::ChannelCount(n) => write!(f, "a connection needs 1 to 255 channels, not {n}"),
+            Self::Mtu(m) => write!(f, "mtu {m} is outside {MIN_MTU}..={MAX_MTU} bytes"),
+            Self::MaxPacketSize { size, max } => {
+                write!(f, "max_packet_size {size} must be between 1 and {max} bytes at this mtu")
+            }
+            Self::ReassemblyTooSmall(n) => {
+                write!(f, "max_reassembly_bytes {n} is smaller than one datagram; raise it to at least the mtu")
+            }
+            Self::ChannelQueue(i) => write!(f, "channel {i} has max_queued_bytes 0; it could never send"),
+            Self::ZeroDuration(name) => write!(f, "{name} must be longer than zero"),
+            Self::InitialWindow => f.write_str("initial_window must be at least 1 datagram"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl PeerConfig {
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.channels.is_empty() || self.channels.len() > 255 {
+            return Err(ConfigError::ChannelCount(self.channels.len()));
+        }
+        if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
+            return Err(ConfigError::Mtu(self.mtu));
+        }
+        let max = wire::fragment_payload(self.mtu) * wire::MAX_FRAGMENTS as usize;
+        let max = max.min(u32::MAX as usize);
+        if self.max_packet_size == 0 || self.max_packet_size > max {
+            return Err(ConfigError::MaxPacketSize { size: self.max_packet_size, max });
+        }
+        if self.max_reassembly_bytes < self.mtu {
+            return Err(ConfigError::ReassemblyTooSmall(self.max_reassembly_bytes));
+        }
+        if let Some(i) = self.channels.iter().position(|c| c.max_queued_bytes == 0) {
+            return Err(ConfigError::ChannelQueue(i));
+        }
+        for (name, d) in [
+            ("timeout", self.timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("disconnect_timeout", self.disconnect_timeout),
+            ("linger", self.linger),
+            ("ping_interval", self.ping_interval),
+            ("connect_retry", self.connect_retry),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::ZeroDuration(name));
+            }
+        }
+        if self.initial_window == 0 {
+            return Err(ConfigError::InitialWindow);
+        }
+        Ok(())
+    }
+}
+
+impl HostConfig {
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_peers == 0 {
+            return Err(ConfigError::NoPeers);
+        }
+        self.peer.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_valid_and_game_ready() {
+        let c = HostConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        assert!(c.peer.channels.len() >= 4);
+        assert_eq!(c.peer.incoming_bandwidth, 0, "no bandwidth cap by default");
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        let bad = |f: fn(&mut HostConfig)| {
+            let mut c = HostConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert_eq!(bad(|c| c.max_peers = 0), ConfigError::NoPeers);
+        assert_eq!(bad(|c| c.peer.channels.clear()), ConfigError::ChannelCount(0));
+        assert_eq!(bad(|c| c.peer.channels = vec![ChannelConfig::default(); 256]), ConfigError::ChannelCount(256));
+        assert_eq!(bad(|c| c.peer.mtu = 100), ConfigError::Mtu(100));
+        assert_eq!(bad(|c| c.peer.mtu = 70_000), ConfigError::Mtu(70_000));
+        assert!(matches!(bad(|c| c.peer.max_packet_size = 0), ConfigError::MaxPacketSize { .. }));
+        assert!(matches!(bad(|c| c.peer.max_packet_size = usize::MAX), ConfigError::MaxPacketSize { .. }));
+        assert_eq!(bad(|c| c.peer.max_reassembly_bytes = 10), ConfigError::ReassemblyTooSmall(10));
+        assert_eq!(bad(|c| c.peer.channels[2].max_queued_bytes = 0), ConfigError::ChannelQueue(2));
+        assert_eq!(bad(|c| c.peer.timeout = Duration::ZERO), ConfigError::ZeroDuration("timeout"));
+        assert_eq!(bad(|c| c.peer.initial_window = 0), ConfigError::InitialWindow);
+        assert!(bad(|c| c.peer.mtu = 5).to_string().contains("128..=65507"));
+    }
+}

@@ -1,0 +1,218 @@
+//! What a [`Host`](crate::Host) tells the application, and the errors of its calls.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+
+/// Identifies a peer of a host. It carries a generation, so an id kept after its peer was
+/// deleted never reaches a later peer that reuses the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+impl PeerId {
+    /// The slot index: small, dense, reused after the peer is gone. Handy to index an
+    /// application's own per-peer table alongside [`PeerId::generation`].
+    pub fn index(self) -> u32 {
+        self.index
+    }
+
+    /// How many peers used this slot before.
+    pub fn generation(self) -> u32 {
+        self.generation
+    }
+}
+
+impl core::fmt::Display for PeerId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "peer#{}.{}", self.index, self.generation)
+    }
+}
+
+/// A datagram for the application to send on its UDP socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to send it.
+    pub remote: SocketAddr,
+    /// The UDP payload.
+    pub payload: Bytes,
+}
+
+/// Something that happened to a connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A connection is established (either side may have started it).
+    Connected {
+        /// The peer.
+        peer: PeerId,
+        /// Its address.
+        remote: SocketAddr,
+    },
+    /// A packet arrived.
+    Received {
+        /// The peer that sent it.
+        peer: PeerId,
+        /// The channel it came on.
+        channel: usize,
+        /// The packet.
+        data: Bytes,
+    },
+    /// A connection ended, or a connection attempt failed. The id is dead afterwards.
+    Disconnected {
+        /// The peer.
+        peer: PeerId,
+        /// Why.
+        reason: DisconnectReason,
+    },
+}
+
+/// Why a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DisconnectReason {
+    /// This side called [`Host::disconnect`](crate::Host::disconnect) or
+    /// [`Host::disconnect_now`](crate::Host::disconnect_now).
+    Local,
+    /// The remote side disconnected.
+    Remote,
+    /// Nothing was heard from the remote side for the configured timeout (or the
+    /// connection attempt took longer than the connect timeout).
+    Timeout,
+    /// The two sides' parameters are incompatible.
+    Incompatible(Mismatch),
+    /// The remote host has no room for another peer.
+    HostFull,
+    /// The remote host does not accept connections.
+    NotAccepting,
+    /// The remote host still holds an older connection from this address; it will time
+    /// out there, after which connecting again succeeds.
+    Stale,
+}
+
+/// A parameter on which the two sides of a connection disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mismatch {
+    /// Application versions differ.
+    AppVersion {
+        /// This side's.
+        local: u32,
+        /// The remote side's.
+        remote: u32,
+    },
+    /// Channel counts differ.
+    ChannelCount {
+        /// This side's.
+        local: usize,
+        /// The remote side's.
+        remote: usize,
+    },
+    /// The remote side's datagram size is below this side's minimum.
+    Mtu {
+        /// This side's minimum.
+        local_min: usize,
+        /// The remote side's.
+        remote: usize,
+    },
+}
+
+impl core::fmt::Display for DisconnectReason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Local => f.write_str("disconnected by this side"),
+            Self::Remote => f.write_str("disconnected by the remote side"),
+            Self::Timeout => f.write_str("timed out: nothing heard from the remote side"),
+            Self::Incompatible(m) => write!(f, "incompatible: {m}"),
+            Self::HostFull => f.write_str("refused: the remote host is full"),
+            Self::NotAccepting => f.write_str("refused: the remote host does not accept connections"),
+            Self::Stale => f.write_str("refused: the remote still holds an older connection from this address; retry"),
+        }
+    }
+}
+
+impl core::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::AppVersion { local, remote } => write!(f, "application version {local} here, {remote} there"),
+            Self::ChannelCount { local, remote } => write!(f, "{local} channels here, {remote} there"),
+            Self::Mtu { local_min, remote } => {
+                write!(f, "datagram size {remote} there is below the minimum {local_min}")
+            }
+        }
+    }
+}
+
+/// Why [`Host::send`](crate::Host::send) refused a packet. Nothing was queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SendError {
+    /// No such peer (never existed, or deleted since).
+    UnknownPeer,
+    /// The peer is not connected (still connecting, or disconnecting).
+    NotConnected,
+    /// The channel does not exist.
+    NoSuchChannel {
+        /// The channel asked for.
+        channel: usize,
+        /// How many the connection has.
+        channels: usize,
+    },
+    /// The packet is larger than the connection allows.
+    TooLarge {
+        /// The packet's size.
+        size: usize,
+        /// The largest allowed.
+        max: usize,
+    },
+    /// The channel's send queue is full of reliable or passive data; wait for it to drain
+    /// (acknowledgements arrive in later steps) and retry.
+    QueueFull {
+        /// The channel.
+        channel: usize,
+    },
+}
+
+impl core::fmt::Display for SendError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::UnknownPeer => f.write_str("no such peer"),
+            Self::NotConnected => f.write_str("the peer is not connected"),
+            Self::NoSuchChannel { channel, channels } => {
+                write!(f, "channel {channel} does not exist (the connection has {channels})")
+            }
+            Self::TooLarge { size, max } => write!(f, "packet of {size} bytes exceeds the limit of {max}"),
+            Self::QueueFull { channel } => {
+                write!(f, "channel {channel}'s send queue is full; retry after the host has stepped")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// Why [`Host::connect`](crate::Host::connect) failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// A peer with that address exists already (possibly still disconnecting).
+    PeerExists(PeerId),
+    /// The host holds `max_peers` peers already.
+    HostFull,
+    /// The address is unspecified or has port 0.
+    InvalidAddress,
+}
+
+impl core::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::PeerExists(id) => write!(f, "a peer for this address exists already ({id})"),
+            Self::HostFull => f.write_str("the host is full (max_peers)"),
+            Self::InvalidAddress => f.write_str("cannot connect to an unspecified address or port 0"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}

@@ -1,0 +1,475 @@
+//! The [`Host`]: one UDP socket's worth of connections.
+//!
+//! The host owns the peer table (a slab of slots with generations, and an ordered map
+//! from address to slot), demultiplexes datagrams to peers, creates peers for acceptable
+//! connection requests, and keeps every peer's next deadline in a heap, so a step costs
+//! time in proportion to the peers with something to do, not to all peers.
+//!
+//! Nothing here touches a socket or a clock; see the crate docs for the call contract.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::config::{ConfigError, HostConfig, SequenceStart};
+use crate::event::{ConnectError, Event, PeerId, SendError, Transmit};
+use crate::peer::{self, Io, Peer};
+use crate::stats::{HostStats, PeerState, PeerStats};
+use crate::wire::{self, Control, DecodeError, Key, KeyClass, SendMode};
+
+/// Size of the buffers datagrams are copied into and encoded in; slices of them become the
+/// `Bytes` of received packets and transmits, so they are reused once those are dropped.
+const ARENA: usize = 64 * 1024;
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    peer: Option<Peer>,
+    /// The deadline this slot is filed under in the timer heap.
+    scheduled: Option<Instant>,
+    /// Queued for the next step.
+    dirty: bool,
+}
+
+/// A POROUS endpoint: the connections of one UDP socket.
+///
+/// # Call contract
+///
+/// The host never reads a clock and never blocks. Drive it like this:
+///
+/// 1. feed it input: [`Host::handle_datagram`] for every datagram received, and the
+///    application's [`Host::connect`], [`Host::send`], [`Host::disconnect`];
+/// 2. call [`Host::step`] with the current time: it runs timers and assembles datagrams;
+/// 3. drain [`Host::poll_transmit`] (send each on the socket) and [`Host::poll_event`]
+///    until both return `None`;
+/// 4. sleep until a datagram arrives or [`Host::poll_timeout`] passes, then go to 1.
+///
+/// `now` must not go backwards; only differences between the times given matter, so a
+/// simulation may start from any `Instant` and add durations. Extra `step` calls are
+/// harmless. The same inputs and the same random generator give the same outputs, byte
+/// for byte.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use bytes::Bytes;
+/// use porous_proto::{Event, Host, HostConfig, SendMode};
+///
+/// // Two hosts joined by a perfect in-memory link; any seeded RNG will do.
+/// let a_addr = "10.0.0.1:9000".parse().unwrap();
+/// let b_addr = "10.0.0.2:9000".parse().unwrap();
+/// let rng = |seed| rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7);
+/// let mut a = Host::new(HostConfig::default(), rng(1)).unwrap();
+/// let mut b = Host::new(HostConfig::default(), rng(2)).unwrap();
+///
+/// let start = Instant::now();
+/// let peer = a.connect(start, b_addr).unwrap();
+/// let mut sent = false;
+/// let mut got = None;
+/// for tick in 0..100 {
+///     let now = start + Duration::from_millis(10 * tick);
+///     for (host, addr) in [(&mut a, a_addr), (&mut b, b_addr)] {
+///         host.step(now);
+///     }
+///     // Carry datagrams across the link.
+///     while let Some(t) = a.poll_transmit() { b.handle_datagram(now, a_addr, &t.payload); }
+///     while let Some(t) = b.poll_transmit() { a.handle_datagram(now, b_addr, &t.payload); }
+///     while let Some(e) = a.poll_event() {
+///         if let Event::Connected { .. } = e {
+///             a.send(peer, 0, Bytes::from_static(b"hello"), SendMode::Reliable).unwrap();
+///             sent = true;
+///         }
+///     }
+///     while let Some(e) = b.poll_event() {
+///         if let Event::Received { data, .. } = e { got = Some(data); }
+///     }
+/// }
+/// assert!(sent);
+/// assert_eq!(got.as_deref(), Some(&b"hello"[..]));
+/// ```
+pub struct Host {
+    config: HostConfig,
+    rng: Box<dyn rand_core::Rng + Send>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_addr: BTreeMap<SocketAddr, u32>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    dirty: Vec<u32>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    recv_arena: BytesMut,
+    send_arena: BytesMut,
+    last_now: Option<Instant>,
+    last_step: Option<Instant>,
+    step_interval: Duration,
+    stats: HostStats,
+}
+
+impl core::fmt::Debug for Host {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Host")
+            .field("peers", &self.by_addr.len())
+            .field("transmits", &self.transmits.len())
+            .field("events", &self.events.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// A host with `config`, drawing connection nonces and starting ids from `rng`.
+    pub fn new(config: HostConfig, rng: impl rand_core::Rng + Send + 'static) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            rng: Box::new(rng),
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_addr: BTreeMap::new(),
+            timers: BinaryHeap::new(),
+            dirty: Vec::new(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            recv_arena: BytesMut::new(),
+            send_arena: BytesMut::new(),
+            last_now: None,
+            last_step: None,
+            step_interval: Duration::ZERO,
+            stats: HostStats::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    fn observe(&mut self, now: Instant) {
+        if self.last_now.is_none_or(|t| now > t) {
+            self.last_now = Some(now);
+        }
+    }
+
+    fn now(&self) -> Instant {
+        // Every call that can need a time comes after one that told it.
+        self.last_now.unwrap_or_else(|| self.last_step.unwrap_or_else(Instant::now))
+    }
+
+    fn peer_index(&self, id: PeerId) -> Option<usize> {
+        let i = id.index as usize;
+        let slot = self.slots.get(i)?;
+        (slot.generation == id.generation && slot.peer.is_some()).then_some(i)
+    }
+
+    fn id_of(&self, index: u32) -> PeerId {
+        let generation = self.slots.get(index as usize).map_or(0, |s| s.generation);
+        PeerId { index, generation }
+    }
+
+    fn mark_dirty(&mut self, index: u32) {
+        if let Some(slot) = self.slots.get_mut(index as usize)
+            && !slot.dirty
+        {
+            slot.dirty = true;
+            self.dirty.push(index);
+        }
+    }
+
+    fn insert(&mut self, peer: Peer) -> u32 {
+        let addr = peer.remote();
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { generation: 0, peer: None, scheduled: None, dirty: false });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            slot.peer = Some(peer);
+            slot.scheduled = None;
+        }
+        self.by_addr.insert(addr, index);
+        self.stats.peers = self.by_addr.len();
+        self.mark_dirty(index);
+        index
+    }
+
+    fn remove(&mut self, index: u32) {
+        let Some(slot) = self.slots.get_mut(index as usize) else { return };
+        if let Some(peer) = slot.peer.take() {
+            self.by_addr.remove(&peer.remote());
+            slot.generation = slot.generation.wrapping_add(1);
+            slot.scheduled = None;
+            self.free.push(index);
+        }
+        self.stats.peers = self.by_addr.len();
+    }
+
+    fn next_ids(&mut self) -> (u32, u32, u32) {
+        let nonce = self.rng.next_u32();
+        match self.config.sequence_start {
+            SequenceStart::Fixed { frame, packet } => (nonce, frame, packet),
+            _ => (nonce, nonce, self.rng.next_u32() & 0x00FF_FFFF),
+        }
+    }
+
+    /// Starts connecting to `remote`. The id is valid at once: `Connected` or
+    /// `Disconnected` follows for it.
+    pub fn connect(&mut self, now: Instant, remote: SocketAddr) -> Result<PeerId, ConnectError> {
+        self.observe(now);
+        if remote.ip().is_unspecified() || remote.port() == 0 {
+            return Err(ConnectError::InvalidAddress);
+        }
+        if let Some(&i) = self.by_addr.get(&remote) {
+            return Err(ConnectError::PeerExists(self.id_of(i)));
+        }
+        if self.by_addr.len() >= self.config.max_peers {
+            return Err(ConnectError::HostFull);
+        }
+        let (nonce, frame, packet) = self.next_ids();
+        let req = peer::request(&self.config.peer, nonce, frame, packet, None);
+        let index = self.insert(Peer::outgoing(now, remote, &self.config.peer, req));
+        Ok(self.id_of(index))
+    }
+
+    /// Hands the host a datagram received from `from`. Malformed, foreign and forged
+    /// datagrams are counted and dropped before any state changes.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        self.observe(now);
+        self.stats.datagrams_received += 1;
+        self.stats.bytes_received += datagram.len() as u64;
+        let ty = match wire::peek_type(datagram) {
+            Ok(ty) => ty,
+            Err(e) => return self.malformed(e),
+        };
+        let Some(&index) = self.by_addr.get(&from) else {
+            if wire::key_class(ty) == KeyClass::Version {
+                self.handle_request(now, from, datagram);
+            } else {
+                self.stats.unknown_source += 1;
+            }
+            return;
+        };
+        let id = self.id_of(index);
+        let Some(peer) = self.slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()) else { return };
+        let mut io = Io { id, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
+        let result = if ty & 0x80 == 0 {
+            // A data datagram: copy it once into the receive arena; packets delivered
+            // from it are slices of that copy.
+            if self.recv_arena.capacity() - self.recv_arena.len() < datagram.len() {
+                self.recv_arena.reserve(ARENA.max(datagram.len()));
+            }
+            self.recv_arena.extend_from_slice(datagram);
+            let bytes: Bytes = self.recv_arena.split().freeze();
+            peer.handle_data(now, &bytes, &mut io)
+        } else {
+            peer.handle_control(now, ty, datagram, &self.config.peer, &mut io)
+        };
+        if let Err(e) = result {
+            self.malformed(e);
+        }
+        self.mark_dirty(index);
+    }
+
+    fn malformed(&mut self, e: DecodeError) {
+        self.stats.malformed += 1;
+        if e == DecodeError::BadChecksum {
+            self.stats.bad_checksum += 1;
+        }
+    }
+
+    /// A connection request from an address with no peer.
+    fn handle_request(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        let req = match Control::decode(datagram, Key::version()) {
+            Ok(Control::Request(req)) => req,
+            Ok(_) => return self.malformed(DecodeError::UnknownType(wire::peek_type(datagram).unwrap_or(0))),
+            Err(e) => return self.malformed(e),
+        };
+        let verdict = if !self.config.accept_incoming {
+            Err(wire::RefuseReason::NotAccepting)
+        } else if self.by_addr.len() >= self.config.max_peers {
+            Err(wire::RefuseReason::HostFull)
+        } else {
+            peer::negotiate(&self.config.peer, &req).map_err(peer::refusal)
+        };
+        // The slot the peer gets: events of its handshake reply carry this id.
+        let index = self.free.last().copied().unwrap_or(self.slots.len() as u32);
+        let generation = self.slots.get(index as usize).map_or(0, |s| s.generation);
+        let params = match verdict {
+            Ok(params) => params,
+            Err(reason) => {
+                // Nothing is allocated for a refused request, and the refusal is smaller
+                // than the padded request.
+                let mut io = Io {
+                    id: PeerId { index, generation },
+                    transmits: &mut self.transmits,
+                    events: &mut self.events,
+                    out: &mut self.send_arena,
+                };
+                io.control(from, &Control::Refuse(reason), Key::reply(req.nonce));
+                self.stats.refused += 1;
+                return;
+            }
+        };
+        let (nonce, frame, packet) = self.next_ids();
+        let local = peer::request(&self.config.peer, nonce, frame, packet, None);
+        let mut io = Io {
+            id: PeerId { index, generation },
+            transmits: &mut self.transmits,
+            events: &mut self.events,
+            out: &mut self.send_arena,
+        };
+        let peer = Peer::incoming(now, from, &self.config.peer, local, req, params, &mut io);
+        let inserted = self.insert(peer);
+        debug_assert_eq!(inserted, index);
+        self.stats.accepted += 1;
+    }
+
+    /// Runs every timer due at `now` and assembles the datagrams that can go out: one
+    /// POROUS step. Afterwards drain [`Host::poll_transmit`] and [`Host::poll_event`].
+    pub fn step(&mut self, now: Instant) {
+        self.observe(now);
+        if let Some(prev) = self.last_step {
+            let interval = now.saturating_duration_since(prev);
+            self.step_interval =
+                if self.step_interval.is_zero() { interval } else { self.step_interval * 7 / 8 + interval / 8 };
+        }
+        self.last_step = Some(now);
+        while let Some(&Reverse((t, index, generation))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let current =
+                self.slots.get(index as usize).is_some_and(|s| s.generation == generation && s.scheduled == Some(t));
+            if current {
+                if let Some(slot) = self.slots.get_mut(index as usize) {
+                    slot.scheduled = None;
+                }
+                self.mark_dirty(index);
+            }
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        for &index in &dirty {
+            self.poll_peer(now, index);
+        }
+        let mut dirty = dirty;
+        dirty.clear();
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
+        self.compact_timers();
+    }
+
+    fn poll_peer(&mut self, now: Instant, index: u32) {
+        let id = self.id_of(index);
+        let Some(slot) = self.slots.get_mut(index as usize) else { return };
+        slot.dirty = false;
+        let Some(peer) = slot.peer.as_mut() else { return };
+        let mut io = Io { id, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
+        peer.poll(now, self.step_interval, &mut io);
+        if peer.state() == PeerState::Zombie {
+            self.remove(index);
+            return;
+        }
+        let next = peer.next_timeout(now);
+        if next != slot.scheduled {
+            slot.scheduled = next;
+            if let Some(t) = next {
+                self.timers.push(Reverse((t, index, slot.generation)));
+            }
+        }
+    }
+
+    /// Drops heap entries no slot is filed under any more, when they outnumber the peers.
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 4 * self.by_addr.len() + 64 {
+            return;
+        }
+        let slots = &self.slots;
+        self.timers.retain(|Reverse((t, i, g))| {
+            slots.get(*i as usize).is_some_and(|s| s.generation == *g && s.scheduled == Some(*t))
+        });
+    }
+
+    /// The next datagram to send, if any.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        let t = self.transmits.pop_front()?;
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += t.payload.len() as u64;
+        Some(t)
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Host::step`] must run next: at once if input arrived or the application
+    /// called the host since the last step, otherwise the earliest peer deadline. `None`
+    /// when there is nothing to wait for (no peers).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !self.dirty.is_empty() {
+            return Some(self.now());
+        }
+        self.timers.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Queues a packet for `peer` on `channel`. It leaves at the next [`Host::step`].
+    pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+        let index = self.peer_index(peer).ok_or(SendError::UnknownPeer)?;
+        let p = self.slots.get_mut(index).and_then(|s| s.peer.as_mut()).ok_or(SendError::UnknownPeer)?;
+        p.send(channel, data, mode)?;
+        self.mark_dirty(peer.index);
+        Ok(())
+    }
+
+    fn with_peer(&mut self, peer: PeerId, f: impl FnOnce(&mut Peer, Instant, &mut Io<'_>)) {
+        let now = self.now();
+        let Some(index) = self.peer_index(peer) else { return };
+        let Some(p) = self.slots.get_mut(index).and_then(|s| s.peer.as_mut()) else { return };
+        let mut io =
+            Io { id: peer, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
+        f(p, now, &mut io);
+        self.mark_dirty(peer.index);
+    }
+
+    /// Disconnects gracefully: packets already sent are delivered first, then the
+    /// disconnection is acknowledged; `Disconnected` follows.
+    pub fn disconnect(&mut self, peer: PeerId) {
+        self.with_peer(peer, |p, now, io| p.disconnect(now, io));
+    }
+
+    /// Disconnects at once, dropping pending packets; `Disconnected` is queued now and the
+    /// remote side is told once, on a best-effort basis.
+    pub fn disconnect_now(&mut self, peer: PeerId) {
+        self.with_peer(peer, |p, now, io| p.disconnect_now(now, io));
+    }
+
+    /// A snapshot of a peer's state and counters.
+    pub fn peer_stats(&self, peer: PeerId) -> Option<PeerStats> {
+        let index = self.peer_index(peer)?;
+        self.slots.get(index)?.peer.as_ref().map(Peer::stats)
+    }
+
+    /// The host's counters.
+    pub fn stats(&self) -> HostStats {
+        self.stats
+    }
+
+    /// The ids of every peer the host holds, in slot order.
+    pub fn peers(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.peer.is_some())
+            .map(|(i, s)| PeerId { index: i as u32, generation: s.generation })
+    }
+
+    /// The peer with address `remote`, if any.
+    pub fn peer_by_addr(&self, remote: SocketAddr) -> Option<PeerId> {
+        self.by_addr.get(&remote).map(|&i| self.id_of(i))
+    }
+}

@@ -1,0 +1,529 @@
+//! One connection: the peer state machine (spec §2.2, §2.3, §2.5).
+//!
+//! ```text
+//!              ack + compatible request (or a verified data frame)
+//!  connecting ────────────────────────────────────────────────► connected
+//!    │  │  refused, incompatible, ack of another id,                 │  │
+//!    │  │  disconnection request                                     │  │ disconnect()
+//!    │  └──────────────────────────► disconnected ◄── request ───────┘  ▼
+//!    │ connect timeout                  │  ▲  ◄──── ack or timeout ── disconnecting
+//!    ▼                                  │  └── request (any state but these two)
+//!  zombie ◄──── linger ─────────────────┘
+//!    ▲ ◄──── nothing heard for `timeout` (connected or disconnecting)
+//!    └── deleted by the host
+//! ```
+//!
+//! The handshake is four-way: each side sends a request with its random nonce and
+//! parameters, and acknowledges the other's. A side is connected once it holds both an
+//! acknowledgement of its request and a compatible request of the other's. The listening
+//! side answers a request with its own request and the acknowledgement in one datagram.
+//! Both sides may start at once (simultaneous open): each then receives the other's
+//! request while connecting and answers it the same way.
+//!
+//! Once a side knows both nonces it can verify connection datagrams; a verified data
+//! frame proves the sender holds this side's nonce, so it counts as the acknowledgement
+//! (the spec's lost-acknowledgement case, Figure 2 (a), then costs nothing).
+
+mod negotiate;
+mod session;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::config::PeerConfig;
+use crate::event::{DisconnectReason, Event, PeerId, SendError, Transmit};
+use crate::stats::{PeerState, PeerStats, TransferStats};
+use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, SendMode};
+pub(crate) use negotiate::{Params, negotiate, refusal, request};
+use session::Session;
+
+/// The longest interval between handshake or disconnection retries.
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+/// Where a peer's output goes.
+pub(crate) struct Io<'a> {
+    pub(crate) id: PeerId,
+    pub(crate) transmits: &'a mut std::collections::VecDeque<Transmit>,
+    pub(crate) events: &'a mut std::collections::VecDeque<Event>,
+    pub(crate) out: &'a mut BytesMut,
+}
+
+impl Io<'_> {
+    /// Encodes a control datagram for `remote`.
+    pub(crate) fn control(&mut self, remote: SocketAddr, c: &Control, key: Key) {
+        self.out.reserve(wire::REQUEST_SIZE);
+        let n = c.encode(key, self.out);
+        let payload = self.out.split_to(n).freeze();
+        self.transmits.push_back(Transmit { remote, payload });
+    }
+
+    fn event(&mut self, e: Event) {
+        self.events.push_back(e);
+    }
+}
+
+/// Who started the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// This side called `connect`: the application holds the id from the start.
+    Local,
+    /// A request arrived: the application learns the id with `Connected`.
+    Remote,
+}
+
+/// What disconnecting is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Closing {
+    /// Sending what is pending first, until this deadline.
+    Flushing(Instant),
+    /// Sending disconnection requests since this time.
+    Requesting(Instant),
+}
+
+/// The timing settings a peer keeps from its configuration.
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    timeout: Duration,
+    connect_timeout: Duration,
+    disconnect_timeout: Duration,
+    linger: Duration,
+    connect_retry: Duration,
+}
+
+#[derive(Debug)]
+pub(crate) struct Peer {
+    remote: SocketAddr,
+    state: PeerState,
+    origin: Origin,
+    /// `Connected` was announced to the application.
+    announced: bool,
+    closing: Option<Closing>,
+    local: ConnectRequest,
+    remote_req: Option<ConnectRequest>,
+    acked: bool,
+    session: Option<Session>,
+    timing: Timing,
+    /// When the current state began.
+    since: Instant,
+    last_recv: Instant,
+    next_send: Option<Instant>,
+    retry: Duration,
+    malformed: u64,
+}
+
+impl Peer {
+    fn new(now: Instant, remote: SocketAddr, cfg: &PeerConfig, local: ConnectRequest, origin: Origin) -> Self {
+        Self {
+            remote,
+            state: PeerState::Connecting,
+            origin,
+            announced: false,
+            closing: None,
+            local,
+            remote_req: None,
+            acked: false,
+            session: None,
+            timing: Timing {
+                timeout: cfg.timeout,
+                connect_timeout: cfg.connect_timeout,
+                disconnect_timeout: cfg.disconnect_timeout,
+                linger: cfg.linger,
+                connect_retry: cfg.connect_retry,
+            },
+            since: now,
+            last_recv: now,
+            next_send: Some(now),
+            retry: cfg.connect_retry,
+            malformed: 0,
+        }
+    }
+
+    /// A peer for `connect`: it starts sending requests at the next step.
+    pub(crate) fn outgoing(now: Instant, remote: SocketAddr, cfg: &PeerConfig, local: ConnectRequest) -> Self {
+        Self::new(now, remote, cfg, local, Origin::Local)
+    }
+
+    /// A peer for a compatible request that arrived; it answers at once.
+    pub(crate) fn incoming(
+        now: Instant,
+        remote: SocketAddr,
+        cfg: &PeerConfig,
+        local: ConnectRequest,
+        req: ConnectRequest,
+        params: Params,
+        io: &mut Io<'_>,
+    ) -> Self {
+        let mut p = Self::new(now, remote, cfg, local, Origin::Remote);
+        p.session = Some(Session::new(cfg, params, &p.local, &req));
+        p.remote_req = Some(req);
+        p.send_handshake(now, io);
+        p
+    }
+
+    pub(crate) fn state(&self) -> PeerState {
+        self.state
+    }
+
+    pub(crate) fn remote(&self) -> SocketAddr {
+        self.remote
+    }
+
+    /// Whether the application knows this peer's id (so it must hear of its end).
+    fn known_to_app(&self) -> bool {
+        self.announced || self.origin == Origin::Local
+    }
+
+    fn enter(&mut self, now: Instant, state: PeerState) {
+        self.state = state;
+        self.since = now;
+        self.next_send = None;
+    }
+
+    /// Ends the connection with `reason`, telling the application if it knows the peer.
+    fn end(&mut self, now: Instant, state: PeerState, reason: DisconnectReason, io: &mut Io<'_>) {
+        if self.known_to_app() {
+            io.event(Event::Disconnected { peer: io.id, reason });
+        }
+        // The id is dead for the application from here on.
+        self.announced = false;
+        self.origin = Origin::Remote;
+        if let Some(s) = &mut self.session {
+            s.clear();
+        }
+        self.closing = None;
+        self.enter(now, state);
+    }
+
+    fn connected(&mut self, now: Instant, io: &mut Io<'_>) {
+        self.enter(now, PeerState::Connected);
+        self.announced = true;
+        self.last_recv = now;
+        io.event(Event::Connected { peer: io.id, remote: self.remote });
+    }
+
+    /// Sends this side's request, acknowledging the other's when it is known.
+    fn send_handshake(&mut self, now: Instant, io: &mut Io<'_>) {
+        match &self.remote_req {
+            Some(r) => io.control(self.remote, &Control::RequestAck(self.local), Key::reply(r.nonce)),
+            None => io.control(self.remote, &Control::Request(self.local), Key::version()),
+        }
+        self.next_send = Some(now + self.retry);
+        self.retry = (self.retry * 2).min(MAX_RETRY);
+    }
+
+    // ---- input ---------------------------------------------------------------------
+
+    /// A control datagram (type `ty`, already peeked) from this peer's address.
+    pub(crate) fn handle_control(
+        &mut self,
+        now: Instant,
+        ty: u8,
+        datagram: &[u8],
+        cfg: &PeerConfig,
+        io: &mut Io<'_>,
+    ) -> Result<(), wire::DecodeError> {
+        let key = match (wire::key_class(ty), &self.session) {
+            (KeyClass::Version, _) => Key::version(),
+            (KeyClass::Reply, _) => Key::reply(self.local.nonce),
+            (KeyClass::Connection, Some(s)) => s.recv_key(),
+            // No connection key yet: nothing can verify it.
+            (KeyClass::Connection, None) => Key::version(),
+        };
+        let control = Control::decode(datagram, key).inspect_err(|_| self.malformed += 1)?;
+        if wire::key_class(ty) != KeyClass::Version {
+            // Only the remote side can make replies and connection datagrams.
+            self.last_recv = now;
+        }
+        match control {
+            Control::Request(req) => self.on_request(now, req, cfg, io),
+            Control::RequestAck(req) => {
+                if self.state == PeerState::Connecting {
+                    // Noted first, so the reply is a plain acknowledgement.
+                    self.acked = true;
+                }
+                self.on_request(now, req, cfg, io);
+            }
+            Control::Ack => self.on_ack(now, io),
+            Control::AckOther { .. } => {
+                if self.state == PeerState::Connecting {
+                    self.end(now, PeerState::Disconnected, DisconnectReason::Stale, io);
+                }
+            }
+            Control::Refuse(reason) => {
+                if self.state == PeerState::Connecting {
+                    self.end(now, PeerState::Disconnected, negotiate::refused(cfg, reason), io);
+                }
+            }
+            Control::Challenge(cookie) => self.on_challenge(now, cookie, io),
+            Control::Disconnect => self.on_disconnect(now, io),
+            Control::DisconnectAck => {
+                if self.state == PeerState::Disconnecting {
+                    self.end(now, PeerState::Disconnected, DisconnectReason::Local, io);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_request(&mut self, now: Instant, req: ConnectRequest, cfg: &PeerConfig, io: &mut Io<'_>) {
+        match self.state {
+            PeerState::Connecting => {
+                let params = match negotiate(cfg, &req) {
+                    Ok(p) => p,
+                    Err(m) => {
+                        io.control(self.remote, &Control::Refuse(refusal(m)), Key::reply(req.nonce));
+                        self.end(now, PeerState::Disconnected, DisconnectReason::Incompatible(m), io);
+                        return;
+                    }
+                };
+                if self.remote_req.is_none_or(|r| r.nonce != req.nonce) {
+                    // A first request, or the remote restarted its attempt.
+                    self.session = Some(Session::new(cfg, params, &self.local, &req));
+                    self.remote_req = Some(req);
+                }
+                if self.acked {
+                    io.control(self.remote, &Control::Ack, Key::reply(req.nonce));
+                    self.connected(now, io);
+                } else {
+                    io.control(self.remote, &Control::RequestAck(self.local), Key::reply(req.nonce));
+                }
+            }
+            PeerState::Connected => {
+                // The acknowledgement was lost (Figure 2 (a)), or the remote restarted
+                // while this side still holds the old connection: acknowledge the id it
+                // holds, which tells a restarted remote its attempt is stale.
+                let held = self.remote_req.map_or(req.nonce, |r| r.nonce);
+                let reply = if held == req.nonce { Control::Ack } else { Control::AckOther { acked: held } };
+                io.control(self.remote, &reply, Key::reply(req.nonce));
+            }
+            _ => {}
+        }
+    }
+
+    fn on_ack(&mut self, now: Instant, io: &mut Io<'_>) {
+        if self.state == PeerState::Connecting {
+            self.acked = true;
+            if self.session.is_some() {
+                self.connected(now, io);
+            }
+        }
+    }
+
+    fn on_challenge(&mut self, now: Instant, cookie: Cookie, io: &mut Io<'_>) {
+        if self.state == PeerState::Connecting && self.remote_req.is_none() {
+            self.local.cookie = Some(cookie);
+            self.send_handshake(now, io);
+        }
+    }
+
+    fn on_disconnect(&mut self, now: Instant, io: &mut Io<'_>) {
+        let Some(key) = self.session.as_ref().map(Session::send_key) else { return };
+        match self.state {
+            PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting => {
+                io.control(self.remote, &Control::DisconnectAck, key);
+                self.end(now, PeerState::Disconnected, DisconnectReason::Remote, io);
+            }
+            PeerState::Disconnected => io.control(self.remote, &Control::DisconnectAck, key),
+            PeerState::Zombie => {}
+        }
+    }
+
+    /// A connection datagram, copied into shared bytes.
+    pub(crate) fn handle_data(
+        &mut self,
+        now: Instant,
+        datagram: &Bytes,
+        io: &mut Io<'_>,
+    ) -> Result<(), wire::DecodeError> {
+        let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
+        let Some(session) = self.session.as_mut().filter(|_| active) else {
+            return Ok(());
+        };
+        let data = match session.decode(datagram) {
+            Ok(d) => d,
+            Err(e) => {
+                self.malformed += 1;
+                return Err(e);
+            }
+        };
+        self.last_recv = now;
+        if self.state == PeerState::Connecting {
+            // Only a holder of this side's nonce can make it: an acknowledgement.
+            self.acked = true;
+            self.connected(now, io);
+        }
+        let id = io.id;
+        if let Some(session) = self.session.as_mut() {
+            session.process(now, &data, datagram, id, io.events);
+        }
+        Ok(())
+    }
+
+    // ---- application calls ---------------------------------------------------------
+
+    pub(crate) fn send(&mut self, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+        match (&mut self.session, self.state) {
+            (Some(s), PeerState::Connected) => s.send(channel, data, mode),
+            _ => Err(SendError::NotConnected),
+        }
+    }
+
+    /// Starts a graceful disconnection: pending packets are sent first.
+    pub(crate) fn disconnect(&mut self, now: Instant, io: &mut Io<'_>) {
+        match self.state {
+            PeerState::Connected => {
+                self.enter(now, PeerState::Disconnecting);
+                self.closing = Some(Closing::Flushing(now + self.timing.timeout));
+            }
+            PeerState::Connecting if self.session.is_some() => {
+                self.enter(now, PeerState::Disconnecting);
+                self.closing = Some(Closing::Requesting(now));
+                self.retry = self.timing.connect_retry;
+                self.next_send = Some(now);
+            }
+            PeerState::Connecting => self.end(now, PeerState::Disconnected, DisconnectReason::Local, io),
+            _ => {}
+        }
+    }
+
+    /// Disconnects at once: pending packets are dropped, one disconnection request is
+    /// sent, and the application hears of it now.
+    pub(crate) fn disconnect_now(&mut self, now: Instant, io: &mut Io<'_>) {
+        if matches!(self.state, PeerState::Disconnected | PeerState::Zombie) {
+            return;
+        }
+        if let Some(key) = self.session.as_ref().map(Session::send_key) {
+            io.control(self.remote, &Control::Disconnect, key);
+        }
+        self.end(now, PeerState::Disconnected, DisconnectReason::Local, io);
+    }
+
+    // ---- timers and output ---------------------------------------------------------
+
+    /// Runs the timers due at `now` and sends what is due.
+    pub(crate) fn poll(&mut self, now: Instant, step: Duration, io: &mut Io<'_>) {
+        if let Some(s) = &mut self.session {
+            s.transfer.set_step_interval(step);
+        }
+        match self.state {
+            PeerState::Connecting => {
+                if now.saturating_duration_since(self.since) >= self.timing.connect_timeout {
+                    self.end(now, PeerState::Zombie, DisconnectReason::Timeout, io);
+                } else if self.next_send.is_some_and(|t| t <= now) {
+                    self.send_handshake(now, io);
+                }
+            }
+            PeerState::Connected => {
+                if self.heard_nothing(now) {
+                    self.end(now, PeerState::Zombie, DisconnectReason::Timeout, io);
+                } else {
+                    self.flush(now, io);
+                }
+            }
+            PeerState::Disconnecting => self.poll_closing(now, io),
+            PeerState::Disconnected => {
+                if now.saturating_duration_since(self.since) >= self.timing.linger {
+                    self.enter(now, PeerState::Zombie);
+                }
+            }
+            PeerState::Zombie => {}
+        }
+    }
+
+    fn heard_nothing(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_recv) >= self.timing.timeout
+    }
+
+    fn flush(&mut self, now: Instant, io: &mut Io<'_>) {
+        let Some(s) = &mut self.session else { return };
+        let remote = self.remote;
+        let transmits = &mut *io.transmits;
+        s.flush(now, io.out, |payload| transmits.push_back(Transmit { remote, payload }));
+    }
+
+    fn poll_closing(&mut self, now: Instant, io: &mut Io<'_>) {
+        if self.heard_nothing(now) {
+            self.end(now, PeerState::Zombie, DisconnectReason::Local, io);
+            return;
+        }
+        if let Some(Closing::Flushing(deadline)) = self.closing {
+            self.flush(now, io);
+            let drained = self.session.as_ref().is_none_or(Session::is_drained);
+            if !(drained || now >= deadline) {
+                return;
+            }
+            self.closing = Some(Closing::Requesting(now));
+            self.retry = self.timing.connect_retry;
+            self.next_send = Some(now);
+        }
+        let Some(Closing::Requesting(started)) = self.closing else { return };
+        if now.saturating_duration_since(started) >= self.timing.disconnect_timeout {
+            self.end(now, PeerState::Disconnected, DisconnectReason::Local, io);
+            return;
+        }
+        // Keep acknowledging what still arrives while waiting.
+        self.flush(now, io);
+        if self.next_send.is_some_and(|t| t <= now) {
+            if let Some(key) = self.session.as_ref().map(Session::send_key) {
+                io.control(self.remote, &Control::Disconnect, key);
+            }
+            self.next_send = Some(now + self.retry);
+            self.retry = (self.retry * 2).min(MAX_RETRY);
+        }
+    }
+
+    /// When [`Peer::poll`] must run next.
+    pub(crate) fn next_timeout(&self, now: Instant) -> Option<Instant> {
+        let session = self.session.as_ref();
+        let soonest = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match self.state {
+            PeerState::Connecting => soonest(self.next_send, Some(self.since + self.timing.connect_timeout)),
+            PeerState::Connected | PeerState::Disconnecting => {
+                let mut t = soonest(self.next_send, Some(self.last_recv + self.timing.timeout));
+                // No "send now" here: this runs right after a flush that sent all it
+                // could; new chances come as input (which marks the peer) or as the
+                // transfer layer's timers.
+                t = soonest(t, session.and_then(Session::next_timeout));
+                match self.closing {
+                    Some(Closing::Flushing(deadline)) => soonest(t, Some(deadline)),
+                    Some(Closing::Requesting(started)) => soonest(t, Some(started + self.timing.disconnect_timeout)),
+                    None => t,
+                }
+            }
+            PeerState::Disconnected => Some(self.since + self.timing.linger),
+            PeerState::Zombie => Some(now),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> PeerStats {
+        let s = self.session.as_ref();
+        let t = s.map(|s| &s.transfer);
+        let c = s.map(|s| s.counters).unwrap_or_default();
+        PeerStats {
+            state: self.state,
+            remote: self.remote,
+            rtt: t.map_or(Duration::ZERO, |t| t.rtt()),
+            rttvar: t.map_or(Duration::ZERO, |t| t.rttvar()),
+            latest_rtt: t.map_or(Duration::ZERO, |t| t.latest_rtt()),
+            rto: t.map_or(Duration::ZERO, |t| t.rto()),
+            cwnd: t.map_or(0, |t| t.cwnd()),
+            ssthresh: t.map_or(0, |t| t.ssthresh()),
+            flight: t.map_or(0, |t| t.flight()),
+            mtu: s.map_or(0, |s| s.params.mtu),
+            transfer: t.map_or(TransferStats::default(), |t| t.stats()),
+            packets_sent: c.packets_sent,
+            packets_received: c.packets_received,
+            unreliable_dropped: c.unreliable_dropped,
+            frames_refused: c.frames_refused,
+            protocol_violations: c.violations,
+            malformed: self.malformed,
+            reassembly_bytes: s.map_or(0, Session::reassembly_bytes),
+            queued_bytes: s.map_or(0, Session::queued_bytes),
+        }
+    }
+}

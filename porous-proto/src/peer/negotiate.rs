@@ -1,0 +1,135 @@
+//! Connection parameters (spec §2.3): what each side announces and what a connection
+//! uses once both are known.
+//!
+//! The application version and the channel count must be equal; the datagram size is the
+//! smaller of both sides'; each direction's bandwidth is the smaller of the sender's
+//! outgoing and the receiver's incoming limit (0 meaning none); each direction's packet
+//! limit is the receiver's.
+
+use crate::config::PeerConfig;
+use crate::event::{DisconnectReason, Mismatch};
+use crate::wire::{self, ConnectRequest, Cookie, MIN_MTU, RefuseReason};
+
+/// What one connection runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Params {
+    pub(crate) mtu: usize,
+    pub(crate) channels: usize,
+    /// Bytes per second this side may send, 0 for no limit.
+    pub(crate) send_bandwidth: u64,
+    /// Largest packet this side may send.
+    pub(crate) send_max_packet: usize,
+    /// Largest packet this side accepts.
+    pub(crate) recv_max_packet: usize,
+}
+
+/// This side's request.
+pub(crate) fn request(
+    cfg: &PeerConfig,
+    nonce: u32,
+    frame_base: u32,
+    packet_base: u32,
+    cookie: Option<Cookie>,
+) -> ConnectRequest {
+    ConnectRequest {
+        nonce,
+        frame_base,
+        packet_base: packet_base & 0x00FF_FFFF,
+        app_version: cfg.app_version,
+        channels: cfg.channels.len() as u8,
+        mtu: cfg.mtu as u32,
+        max_packet: cfg.max_packet_size.min(u32::MAX as usize) as u32,
+        bandwidth_in: cfg.incoming_bandwidth,
+        bandwidth_out: cfg.outgoing_bandwidth,
+        cookie,
+    }
+}
+
+fn min_limit(a: u32, b: u32) -> u64 {
+    match (a, b) {
+        (0, x) | (x, 0) => u64::from(x),
+        (a, b) => u64::from(a.min(b)),
+    }
+}
+
+/// Checks the remote side's request against this side's configuration.
+pub(crate) fn negotiate(cfg: &PeerConfig, remote: &ConnectRequest) -> Result<Params, Mismatch> {
+    if remote.app_version != cfg.app_version {
+        return Err(Mismatch::AppVersion { local: cfg.app_version, remote: remote.app_version });
+    }
+    let channels = usize::from(remote.channels);
+    if channels != cfg.channels.len() {
+        return Err(Mismatch::ChannelCount { local: cfg.channels.len(), remote: channels });
+    }
+    let remote_mtu = remote.mtu as usize;
+    if remote_mtu < MIN_MTU {
+        return Err(Mismatch::Mtu { local_min: MIN_MTU, remote: remote_mtu });
+    }
+    let mtu = cfg.mtu.min(remote_mtu);
+    let protocol_max = wire::fragment_payload(mtu) * wire::MAX_FRAGMENTS as usize;
+    Ok(Params {
+        mtu,
+        channels,
+        send_bandwidth: min_limit(cfg.outgoing_bandwidth, remote.bandwidth_in),
+        send_max_packet: (remote.max_packet as usize).min(cfg.max_packet_size).min(protocol_max),
+        recv_max_packet: cfg.max_packet_size,
+    })
+}
+
+/// The refusal sent for a mismatch: it carries this side's value.
+pub(crate) fn refusal(m: Mismatch) -> RefuseReason {
+    match m {
+        Mismatch::AppVersion { local, .. } => RefuseReason::AppVersion(local),
+        Mismatch::ChannelCount { local, .. } => RefuseReason::ChannelCount(local.min(255) as u8),
+        Mismatch::Mtu { local_min, .. } => RefuseReason::Mtu(local_min as u32),
+    }
+}
+
+/// What a refusal received means to this side.
+pub(crate) fn refused(cfg: &PeerConfig, r: RefuseReason) -> DisconnectReason {
+    match r {
+        RefuseReason::AppVersion(remote) => {
+            DisconnectReason::Incompatible(Mismatch::AppVersion { local: cfg.app_version, remote })
+        }
+        RefuseReason::ChannelCount(remote) => DisconnectReason::Incompatible(Mismatch::ChannelCount {
+            local: cfg.channels.len(),
+            remote: usize::from(remote),
+        }),
+        RefuseReason::Mtu(min) => {
+            DisconnectReason::Incompatible(Mismatch::Mtu { local_min: min as usize, remote: cfg.mtu })
+        }
+        RefuseReason::HostFull => DisconnectReason::HostFull,
+        _ => DisconnectReason::NotAccepting,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_versions_and_channels_negotiate_the_smaller_limits() {
+        let a = PeerConfig { mtu: 1400, outgoing_bandwidth: 50_000, max_packet_size: 1000, ..PeerConfig::default() };
+        let b = PeerConfig { incoming_bandwidth: 20_000, ..PeerConfig::default() };
+        let p = negotiate(&a, &request(&b, 1, 2, 3, None)).unwrap();
+        assert_eq!((p.mtu, p.channels), (1200, 4));
+        assert_eq!(p.send_bandwidth, 20_000);
+        assert_eq!((p.send_max_packet, p.recv_max_packet), (1000, 1000));
+        let q = negotiate(&b, &request(&a, 1, 2, 3, None)).unwrap();
+        assert_eq!(q.send_bandwidth, 0, "b sends without limit to a, which accepts any");
+        assert_eq!(q.send_max_packet, 1000, "a accepts 1000-byte packets at most");
+    }
+
+    #[test]
+    fn mismatches_are_named_with_both_values() {
+        let a = PeerConfig::default();
+        let b = PeerConfig { app_version: 9, ..PeerConfig::default() };
+        assert_eq!(negotiate(&a, &request(&b, 1, 2, 3, None)), Err(Mismatch::AppVersion { local: 0, remote: 9 }));
+        let mut c = PeerConfig::default();
+        c.channels.pop();
+        assert_eq!(negotiate(&a, &request(&c, 1, 2, 3, None)), Err(Mismatch::ChannelCount { local: 4, remote: 3 }));
+        // The refusal carries the refuser's value; the requester reads both.
+        let r = refusal(Mismatch::AppVersion { local: 0, remote: 9 });
+        assert_eq!(refused(&b, r), DisconnectReason::Incompatible(Mismatch::AppVersion { local: 9, remote: 0 }));
+    }
+}

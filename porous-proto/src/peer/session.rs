@@ -1,0 +1,329 @@
+//! A connection's data path once both sides' parameters are known: its transfer layer,
+//! its channels and its reassembly budget.
+//!
+//! Receiving a datagram: decode and verify it (ids expanded from the windows as they are
+//! before the datagram), hand acknowledgements and pings to the transfer layer, then, for a
+//! frame inside the receive window, decide admission for the whole frame (a frame is
+//! stored and acknowledged whole, or neither), store its messages, and let every channel
+//! that got one deliver what it can. Sending: channels queue messages into the transfer
+//! layer, which each flush turns into datagrams.
+
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+
+use super::negotiate::Params;
+use crate::channel::{Admission, Budget, Channel, ChannelParams, ChannelReceiver, ChannelSender, QueueFull, Tier};
+use crate::config::PeerConfig;
+use crate::event::{Event, PeerId, SendError};
+use crate::transfer::{IdPolicy, OutMessage, Priority, Transfer, TransferConfig};
+use crate::wire::{ConnectRequest, Data, DecodeError, Expand, Fragment, Key, MessageKind, SendMode};
+
+/// Counters of the data path beyond the transfer layer's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub(crate) packets_sent: u64,
+    pub(crate) packets_received: u64,
+    pub(crate) unreliable_dropped: u64,
+    pub(crate) frames_refused: u64,
+    pub(crate) violations: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) transfer: Transfer,
+    channels: Vec<Channel>,
+    priorities: Vec<Priority>,
+    caps: Vec<usize>,
+    budget: Budget,
+    pub(crate) params: Params,
+    send_key: Key,
+    recv_key: Key,
+    pub(crate) counters: Counters,
+}
+
+/// Expands truncated ids from the transfer layer's and the channels' windows.
+struct Windows<'s> {
+    transfer: &'s Transfer,
+    channels: &'s [Channel],
+}
+
+impl Expand for Windows<'_> {
+    fn frame_id(&self, truncated: u32, bytes: u32) -> u32 {
+        self.transfer.expand_frame_id(truncated, bytes)
+    }
+
+    fn ack_largest(&self, truncated: u16) -> u32 {
+        self.transfer.expand_ack_largest(truncated)
+    }
+
+    fn packet_id(&self, channel: u8, truncated: u16) -> u32 {
+        // An unknown channel is a violation the store pass reports; any value will do.
+        self.channels.get(usize::from(channel)).map_or(u32::from(truncated), |c| c.recv.expand(truncated))
+    }
+}
+
+/// The channels' receive window bases as they were before a datagram, so its messages can
+/// be expanded again while the channels change.
+struct Bases {
+    bases: [u32; 256],
+}
+
+impl Expand for Bases {
+    fn frame_id(&self, truncated: u32, _bytes: u32) -> u32 {
+        truncated
+    }
+
+    fn ack_largest(&self, truncated: u16) -> u32 {
+        u32::from(truncated)
+    }
+
+    fn packet_id(&self, channel: u8, truncated: u16) -> u32 {
+        let base = self.bases.get(usize::from(channel)).copied().unwrap_or(0);
+        crate::seq::SeqSpace::PACKET.expand(u32::from(truncated), 16, base)
+    }
+}
+
+/// The sending channels decide how wide each id must be.
+struct Ids<'s>(&'s [Channel]);
+
+impl IdPolicy for Ids<'_> {
+    fn short_id(&self, channel: u8, id: u32) -> bool {
+        self.0.get(usize::from(channel)).is_some_and(|c| c.send.short_id(id))
+    }
+}
+
+/// `payload` as a slice of `datagram`, without copying. `payload` always comes from
+/// decoding `datagram`; should it not, it is copied rather than trusted.
+fn share(datagram: &Bytes, payload: &[u8]) -> Bytes {
+    let base = datagram.as_ptr() as usize;
+    let start = (payload.as_ptr() as usize).wrapping_sub(base);
+    match start.checked_add(payload.len()) {
+        _ if payload.is_empty() => Bytes::new(),
+        Some(end) if end <= datagram.len() => datagram.slice(start..end),
+        _ => Bytes::copy_from_slice(payload),
+    }
+}
+
+impl Session {
+    /// A session between `local` (this side's request) and `remote` (the other's).
+    pub(crate) fn new(cfg: &PeerConfig, params: Params, local: &ConnectRequest, remote: &ConnectRequest) -> Self {
+        let mut tc = TransferConfig::new(params.mtu, params.channels);
+        tc.initial_window = cfg.initial_window * params.mtu;
+        tc.bandwidth = params.send_bandwidth;
+        tc.ping_interval = cfg.ping_interval;
+        let fragment = crate::wire::fragment_payload(params.mtu);
+        let channels = cfg
+            .channels
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Channel {
+                index: i as u8,
+                send: ChannelSender::new(i as u8, c.priority, ChannelParams::default(), fragment, local.packet_base),
+                recv: ChannelReceiver::new(
+                    ChannelParams::default(),
+                    fragment,
+                    params.recv_max_packet,
+                    remote.packet_base,
+                ),
+            })
+            .collect();
+        Self {
+            transfer: Transfer::new(tc, local.frame_base, remote.frame_base),
+            channels,
+            priorities: cfg.channels.iter().map(|c| c.priority).collect(),
+            caps: cfg.channels.iter().map(|c| c.max_queued_bytes).collect(),
+            budget: Budget::new(cfg.max_reassembly_bytes),
+            params,
+            send_key: Key::connection(local.nonce, remote.nonce),
+            recv_key: Key::connection(remote.nonce, local.nonce),
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn send_key(&self) -> Key {
+        self.send_key
+    }
+
+    pub(crate) fn recv_key(&self) -> Key {
+        self.recv_key
+    }
+
+    /// Queues a packet on `channel`.
+    pub(crate) fn send(&mut self, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+        let channels = self.channels.len();
+        let cap = self.caps.get(channel).copied().unwrap_or(0);
+        let Some(ch) = self.channels.get_mut(channel) else {
+            return Err(SendError::NoSuchChannel { channel, channels });
+        };
+        if data.len() > self.params.send_max_packet {
+            return Err(SendError::TooLarge { size: data.len(), max: self.params.send_max_packet });
+        }
+        match ch.send(data, mode, cap, &mut self.transfer) {
+            Ok(dropped) => {
+                self.counters.packets_sent += 1;
+                self.counters.unreliable_dropped += dropped as u64;
+                Ok(())
+            }
+            Err(QueueFull) => Err(SendError::QueueFull { channel }),
+        }
+    }
+
+    /// Decodes and verifies a connection datagram against the current windows.
+    pub(crate) fn decode<'d>(&self, datagram: &'d [u8]) -> Result<Data<'d>, DecodeError> {
+        Data::decode(datagram, self.recv_key, &Windows { transfer: &self.transfer, channels: &self.channels })
+    }
+
+    /// Processes a verified datagram; delivered packets become events for `peer`.
+    pub(crate) fn process(
+        &mut self,
+        now: Instant,
+        data: &Data<'_>,
+        datagram: &Bytes,
+        peer: PeerId,
+        events: &mut impl Extend<Event>,
+    ) {
+        let mut bases = Bases { bases: [0; 256] };
+        for (b, ch) in bases.bases.iter_mut().zip(&self.channels) {
+            *b = ch.recv.window_base();
+        }
+        self.transfer.on_datagram(now, data, datagram.len());
+        let Some(k) = data.frame_id else { return };
+        if !self.transfer.frame_in_window(k) {
+            return;
+        }
+        if !self.admit(data, &bases) {
+            self.counters.frames_refused += 1;
+            return;
+        }
+        self.transfer.accept_frame(k);
+        let mut touched = [0u64; 4];
+        for m in data.messages(&bases) {
+            let i = usize::from(m.channel);
+            let Some(ch) = self.channels.get_mut(i) else {
+                self.counters.violations += 1;
+                continue;
+            };
+            if m.kind == MessageKind::WindowAck {
+                if !ch.send.on_window_ack(m.id, &mut self.transfer) {
+                    self.counters.violations += 1;
+                }
+                continue;
+            }
+            match ch.recv.on_message(&m, share(datagram, m.payload), &mut self.budget) {
+                Ok(true) => {
+                    if let Some(w) = touched.get_mut(i / 64) {
+                        *w |= 1 << (i % 64);
+                    }
+                }
+                Ok(false) => {}
+                Err(_) => self.counters.violations += 1,
+            }
+        }
+        for (i, ch) in self.channels.iter_mut().enumerate() {
+            if touched.get(i / 64).is_none_or(|w| w & (1 << (i % 64)) == 0) {
+                continue;
+            }
+            let counters = &mut self.counters;
+            ch.recv.deliver(&mut self.budget, |data| {
+                counters.packets_received += 1;
+                events.extend(Some(Event::Received { peer, channel: i, data }));
+            });
+            ch.recv.detach();
+        }
+    }
+
+    /// Decides whether a frame may be stored: it may when it needs no new memory, carries
+    /// something a channel needs for progress, or fits the budget after evicting
+    /// unreliable data.
+    fn admit(&mut self, data: &Data<'_>, bases: &Bases) -> bool {
+        let mut need = 0;
+        for m in data.messages(bases) {
+            let Some(ch) = self.channels.get(usize::from(m.channel)) else { continue };
+            match ch.recv.admission(&m) {
+                Admission::Free => {}
+                Admission::Progress => return true,
+                Admission::Needs(n) => need += n,
+            }
+        }
+        for tier in Tier::ALL {
+            for ch in &mut self.channels {
+                let short = self.budget.shortfall(need);
+                if short == 0 {
+                    return true;
+                }
+                ch.recv.evict(tier, short, &mut self.budget);
+            }
+        }
+        self.budget.shortfall(need) == 0
+    }
+
+    /// Runs timers and writes every datagram the windows allow now.
+    pub(crate) fn flush(&mut self, now: Instant, out: &mut BytesMut, mut emit: impl FnMut(Bytes)) {
+        self.transfer.on_timeout(now);
+        for (i, ch) in self.channels.iter_mut().enumerate() {
+            if let Some(m) = ch.recv.take_window_ack() {
+                let priority = self.priorities.get(i).copied().unwrap_or_default();
+                self.transfer.enqueue(
+                    priority,
+                    OutMessage {
+                        kind: MessageKind::WindowAck,
+                        channel: i as u8,
+                        id: m,
+                        dependency: 0,
+                        fragment: Fragment::WHOLE,
+                        payload: Bytes::new(),
+                    },
+                );
+            }
+        }
+        loop {
+            out.reserve(self.params.mtu);
+            let ids = Ids(&self.channels);
+            let Some(n) = self.transfer.poll_datagram(now, self.send_key, &ids, out) else { break };
+            emit(out.split_to(n).freeze());
+        }
+    }
+
+    /// Whether every packet sent has been handed over and acknowledged (or, unreliable,
+    /// sent and forgotten).
+    pub(crate) fn is_drained(&self) -> bool {
+        self.transfer.is_idle() && self.channels.iter().all(|c| c.send.is_drained())
+    }
+
+    /// Drops every packet waiting to be sent.
+    pub(crate) fn clear(&mut self) {
+        self.transfer.clear();
+        for ch in &mut self.channels {
+            ch.send.clear();
+        }
+    }
+
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        self.transfer.next_timeout()
+    }
+
+    pub(crate) fn reassembly_bytes(&self) -> usize {
+        self.budget.used()
+    }
+
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.channels.iter().map(|c| c.held(&self.transfer)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn share_slices_without_copying_and_never_panics() {
+        let d = Bytes::from_static(b"hello world");
+        let s = share(&d, &d[6..]);
+        assert_eq!(&s[..], b"world");
+        assert_eq!(s.as_ptr(), d[6..].as_ptr(), "a slice, not a copy");
+        assert!(share(&d, &[]).is_empty());
+        let other = [1u8, 2, 3];
+        assert_eq!(&share(&d, &other)[..], &other, "foreign bytes are copied");
+    }
+}

@@ -1,0 +1,101 @@
+//! Observability: per-peer and per-host counters. The core does no logging; these are how
+//! an operator sees a connection's health and an attack in progress.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use crate::transfer::TransferStats;
+
+/// The five states of a peer (spec §2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PeerState {
+    /// The handshake is under way.
+    Connecting,
+    /// Packets flow.
+    Connected,
+    /// Flushing pending packets, then waiting for the disconnection to be acknowledged.
+    Disconnecting,
+    /// Disconnected; lingers to acknowledge repeated disconnection requests.
+    Disconnected,
+    /// About to be deleted.
+    Zombie,
+}
+
+/// A snapshot of one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerStats {
+    /// The peer's state.
+    pub state: PeerState,
+    /// The peer's address.
+    pub remote: SocketAddr,
+    /// Smoothed round-trip time.
+    pub rtt: Duration,
+    /// Round-trip time variation.
+    pub rttvar: Duration,
+    /// The latest round-trip sample.
+    pub latest_rtt: Duration,
+    /// Resend timeout.
+    pub rto: Duration,
+    /// Congestion window, bytes.
+    pub cwnd: usize,
+    /// Slow start threshold, bytes (`usize::MAX` before the first loss).
+    pub ssthresh: usize,
+    /// Bytes in flight.
+    pub flight: usize,
+    /// Negotiated datagram size.
+    pub mtu: usize,
+    /// Transfer layer counters: frames, datagrams and bytes each way, losses, resends.
+    pub transfer: TransferStats,
+    /// Packets the application sent.
+    pub packets_sent: u64,
+    /// Packets delivered to the application.
+    pub packets_received: u64,
+    /// Unreliable packets this side dropped because a channel's send queue was full.
+    pub unreliable_dropped: u64,
+    /// Frames held back (not acknowledged) because the reassembly budget was full.
+    pub frames_refused: u64,
+    /// Messages the peer should not have sent (inconsistent or oversized fragments,
+    /// bad window acknowledgements, unknown channels); counted and ignored.
+    pub protocol_violations: u64,
+    /// Datagrams from the peer's address that failed to decode or verify.
+    pub malformed: u64,
+    /// Bytes of incomplete and undelivered packets held for this peer.
+    pub reassembly_bytes: usize,
+    /// Payload bytes waiting, queued or in flight on the sending side, all channels.
+    pub queued_bytes: usize,
+}
+
+impl PeerStats {
+    /// Fraction of frames sent that were considered lost, 0.0 to 1.0.
+    pub fn loss(&self) -> f64 {
+        let sent = self.transfer.frames_sent + self.transfer.frames_resent;
+        if sent == 0 { 0.0 } else { self.transfer.frames_lost as f64 / sent as f64 }
+    }
+}
+
+/// Counters of a whole host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostStats {
+    /// Datagrams handed to [`Host::handle_datagram`](crate::Host::handle_datagram).
+    pub datagrams_received: u64,
+    /// Datagrams handed out by [`Host::poll_transmit`](crate::Host::poll_transmit).
+    pub datagrams_sent: u64,
+    /// Bytes received.
+    pub bytes_received: u64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Datagrams dropped because they failed to decode or verify.
+    pub malformed: u64,
+    /// Of those, the ones whose integrity check failed.
+    pub bad_checksum: u64,
+    /// Datagrams from addresses with no peer that were not connection requests.
+    pub unknown_source: u64,
+    /// Connection requests refused (incompatible, host full, not accepting).
+    pub refused: u64,
+    /// Peers created by incoming requests.
+    pub accepted: u64,
+    /// Peers currently in the table (any state).
+    pub peers: usize,
+}

@@ -1,0 +1,437 @@
+//! Connections between two hosts (spec §2): handshake cases of Figure 2, simultaneous
+//! open, refusals, stale connections, disconnection (Figure 3), timeouts, the
+//! disconnected -> zombie -> deleted path, send errors, and byte-identical replay.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use porous_proto::{
+    ConnectError, DisconnectReason, Event, HostConfig, Mismatch, PeerState, SendError, SendMode, SequenceStart,
+};
+use support::{Datagram, MS, Pair, disconnected, received};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn payload(channel: usize, i: usize, len: usize) -> Bytes {
+    let mut v = format!("{channel}:{i}:").into_bytes();
+    v.resize(len.max(v.len()), b'x');
+    Bytes::from(v)
+}
+
+#[test]
+fn connect_exchange_all_modes_on_several_channels_and_disconnect_after_delivering_everything() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let (pa, pb) = p.establish();
+    assert_eq!(p.a.peer_stats(pa).map(|s| s.state), Some(PeerState::Connected));
+    let modes = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive];
+    let mut sent = vec![Vec::new(); 4];
+    for i in 0..60 {
+        for channel in 0..4 {
+            let mode = modes[(i + channel) % 3];
+            // Sizes from tiny to several fragments.
+            let data = payload(channel, i, (i * 97 + channel * 31) % 4000);
+            p.a.send(pa, channel, data.clone(), mode).expect("send");
+            p.b.send(pb, channel, data.clone(), mode).expect("send back");
+            sent[channel].push(data);
+        }
+    }
+    // Queue more reliable data and disconnect at once: it must all arrive first.
+    for (channel, sent) in sent.iter_mut().enumerate() {
+        for i in 60..70 {
+            let data = payload(channel, i, 1500);
+            p.a.send(pa, channel, data.clone(), SendMode::Reliable).expect("send");
+            sent.push(data);
+        }
+    }
+    p.a.disconnect(pa);
+    assert_eq!(p.a.send(pa, 0, Bytes::from_static(b"late"), SendMode::Reliable), Err(SendError::NotConnected));
+    assert!(p.run_until(10 * SEC, |p| !disconnected(&p.events_a).is_empty() && !disconnected(&p.events_b).is_empty()));
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::Local]);
+    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Remote]);
+    // On a lossless link every packet of every mode arrives, in order.
+    assert_eq!(received(&p.events_b, 4), sent);
+    // Every Received precedes Disconnected.
+    let last = p.events_b.iter().rposition(|e| matches!(e, Event::Received { .. })).unwrap();
+    let end = p.events_b.iter().position(|e| matches!(e, Event::Disconnected { .. })).unwrap();
+    assert!(last < end);
+}
+
+#[test]
+fn figure_2a_a_dropped_acknowledgement_is_repaired_by_the_resent_request() {
+    // b's request+ack (a's acknowledgement of... ) is the first datagram from b; drop b's
+    // acknowledgement of a's request once, and a's acknowledgement of b's request once.
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let mut dropped = 0;
+    p.pass = Box::new(move |d: &Datagram| {
+        // a's pure acknowledgement (0x82) of b's request.
+        if d.ty() == 0x82 && dropped == 0 {
+            dropped += 1;
+            return false;
+        }
+        true
+    });
+    let (pa, _pb) = p.establish();
+    assert!(p.a.peer_stats(pa).is_some());
+    assert!(p.log.iter().filter(|d| d.ty() == 0x82).count() >= 1);
+}
+
+#[test]
+fn figure_2a_lost_final_ack_with_no_data_completes_by_resend() {
+    // Only handshake traffic: b must resend its request+ack until a's ack gets through.
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let mut acks_dropped = 0;
+    p.pass = Box::new(move |d: &Datagram| {
+        if d.ty() == 0x82 && acks_dropped < 2 {
+            acks_dropped += 1;
+            return false;
+        }
+        // Keep data (pings) from doubling as the acknowledgement for a while.
+        !(d.ty() < 0x80 && d.sent < Duration::from_millis(500))
+    });
+    let pa = p.connect();
+    assert!(p.run_until(5 * SEC, |p| p.connected_b().is_some()));
+    assert!(p.connected_a() == Some(pa));
+    let resends = p.log.iter().filter(|d| d.ty() == 0x81).count();
+    assert!(resends >= 2, "b resent its request: {resends}");
+}
+
+#[test]
+fn figure_2b_a_dropped_request_is_resent() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let mut first = true;
+    p.pass = Box::new(move |d: &Datagram| {
+        if d.ty() == 0x80 && first {
+            first = false;
+            return false;
+        }
+        true
+    });
+    p.establish();
+    assert!(p.log.iter().filter(|d| d.ty() == 0x80).count() >= 2);
+    assert!(p.elapsed() >= 200 * MS, "the retry waited its interval");
+}
+
+#[test]
+fn simultaneous_open_gives_one_matched_connection_each_way() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let now = p.now;
+    let pa = p.a.connect(now, p.b_addr).unwrap();
+    let pb = p.b.connect(now, p.a_addr).unwrap();
+    assert!(p.run_until(5 * SEC, |p| p.connected_a().is_some() && p.connected_b().is_some()));
+    assert_eq!(p.connected_a(), Some(pa));
+    assert_eq!(p.connected_b(), Some(pb));
+    assert_eq!(p.a.peers().count(), 1);
+    assert_eq!(p.b.peers().count(), 1);
+    p.a.send(pa, 1, Bytes::from_static(b"ping"), SendMode::Reliable).unwrap();
+    p.b.send(pb, 2, Bytes::from_static(b"pong"), SendMode::Reliable).unwrap();
+    p.run_for(SEC);
+    assert_eq!(received(&p.events_b, 4)[1], [Bytes::from_static(b"ping")]);
+    assert_eq!(received(&p.events_a, 4)[2], [Bytes::from_static(b"pong")]);
+}
+
+#[test]
+fn incompatible_parameters_are_refused_with_a_reason_and_allocate_nothing() {
+    let mut b = HostConfig::default();
+    b.peer.app_version = 3;
+    let mut p = Pair::new(HostConfig::default(), b);
+    let pa = p.connect();
+    p.run_for(SEC);
+    assert_eq!(
+        disconnected(&p.events_a),
+        [DisconnectReason::Incompatible(Mismatch::AppVersion { local: 0, remote: 3 })]
+    );
+    assert_eq!(p.b.peers().count(), 0, "the refusing host allocated no peer");
+    assert_eq!(p.b.stats().refused, 1);
+    assert!(p.a.peer_stats(pa).is_none_or(|s| s.state != PeerState::Connected));
+    // Every pre-connection reply is no larger than the request that caused it.
+    let request = p.log.iter().find(|d| d.ty() == 0x80).unwrap().payload.len();
+    assert!(p.log.iter().filter(|d| d.from == p.b_addr).all(|d| d.payload.len() <= request));
+
+    let mut c = HostConfig::default();
+    c.peer.channels.truncate(2);
+    let mut q = Pair::new(HostConfig::default(), c);
+    q.connect();
+    q.run_for(SEC);
+    assert_eq!(
+        disconnected(&q.events_a),
+        [DisconnectReason::Incompatible(Mismatch::ChannelCount { local: 4, remote: 2 })]
+    );
+}
+
+#[test]
+fn hosts_that_refuse_or_are_full_say_so() {
+    let mut b = HostConfig::default();
+    b.accept_incoming = false;
+    let mut p = Pair::new(HostConfig::default(), b);
+    p.connect();
+    p.run_for(SEC);
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::NotAccepting]);
+
+    let mut b = HostConfig::default();
+    b.max_peers = 1;
+    let mut p = Pair::new(HostConfig::default(), b);
+    let now = p.now;
+    // Fill b's only slot with a connection attempt to a silent address.
+    p.b.connect(now, "10.9.9.9:1".parse().unwrap()).unwrap();
+    assert_eq!(p.b.connect(now, "10.9.9.8:1".parse().unwrap()), Err(ConnectError::HostFull));
+    p.connect();
+    p.run_for(SEC);
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::HostFull]);
+    assert_eq!(p.b.peers().count(), 1);
+}
+
+#[test]
+fn duplicate_requests_after_connecting_are_acknowledged_without_disruption() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let (pa, pb) = p.establish();
+    // Replay a's original request to b twice, as a duplicating network would.
+    let request = p.log.iter().find(|d| d.ty() == 0x80).unwrap().clone();
+    for _ in 0..2 {
+        let now = p.now;
+        p.b.handle_datagram(now, p.a_addr, &request.payload);
+    }
+    p.a.send(pa, 0, Bytes::from_static(b"still here"), SendMode::Reliable).unwrap();
+    p.run_for(SEC);
+    assert_eq!(p.b.peers().count(), 1);
+    assert_eq!(p.b.peer_stats(pb).unwrap().state, PeerState::Connected);
+    assert_eq!(received(&p.events_b, 4)[0], [Bytes::from_static(b"still here")]);
+    assert!(disconnected(&p.events_a).is_empty() && disconnected(&p.events_b).is_empty());
+    let acks = p.log.iter().filter(|d| d.from == p.b_addr && d.ty() == 0x82).count();
+    assert_eq!(acks, 2, "b acknowledged each duplicate");
+}
+
+#[test]
+fn a_restarted_host_is_told_its_old_connection_is_stale_and_can_reconnect_later() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    p.establish();
+    // a restarts on the same address: a fresh host with another seed.
+    p.a = porous_proto::Host::new(HostConfig::default(), support::rng(99)).unwrap();
+    p.events_a.clear();
+    let first = p.connect();
+    p.run_for(SEC);
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::Stale]);
+    assert!(p.a.peer_stats(first).is_none_or(|s| s.state != PeerState::Connected));
+    // b's old connection times out (nothing from the old a), then a new one succeeds.
+    p.run_for(12 * SEC);
+    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Timeout]);
+    p.run_for(4 * SEC); // the linger of a's failed attempt
+    p.events_a.clear();
+    p.events_b.clear();
+    p.establish();
+}
+
+#[test]
+fn connecting_to_nobody_times_out_and_silence_times_out_a_connection() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let now = p.now;
+    let nobody = p.a.connect(now, "10.1.2.3:4".parse().unwrap()).unwrap();
+    p.run_for(6 * SEC);
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::Timeout]);
+    assert!(p.a.peer_stats(nobody).is_none(), "the failed attempt was deleted");
+
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let (pa, pb) = p.establish();
+    p.pass = Box::new(|_| false); // the link dies
+    p.run_for(11 * SEC);
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::Timeout]);
+    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Timeout]);
+    assert!(p.a.peer_stats(pa).is_none() && p.b.peer_stats(pb).is_none());
+}
+
+#[test]
+fn pings_keep_an_idle_connection_alive() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let (pa, _) = p.establish();
+    p.run_for(60 * SEC);
+    assert!(disconnected(&p.events_a).is_empty());
+    let s = p.a.peer_stats(pa).unwrap();
+    assert_eq!(s.state, PeerState::Connected);
+    assert!(s.rtt >= 20 * MS && s.rtt < 25 * MS, "rtt {:?} measured by pings", s.rtt);
+    // Keepalive traffic stays modest: a ping and an echo per interval.
+    assert!(s.transfer.datagrams_sent < 300, "{} datagrams in 60 s", s.transfer.datagrams_sent);
+}
+
+#[test]
+fn disconnected_peers_linger_acknowledging_repeats_then_are_deleted() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let (pa, pb) = p.establish();
+    // Drop a's first disconnection acknowledgement... b's, actually: b acknowledges a's
+    // request; losing it makes a resend, which b (now disconnected) acknowledges again.
+    let mut dropped = false;
+    p.pass = Box::new(move |d: &Datagram| {
+        if d.ty() == 0x87 && !dropped {
+            dropped = true;
+            return false;
+        }
+        true
+    });
+    p.a.disconnect(pa);
+    assert!(p.run_until(5 * SEC, |p| !disconnected(&p.events_a).is_empty()));
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::Local]);
+    let acks = p.log.iter().filter(|d| d.ty() == 0x87).count();
+    assert!(acks >= 2, "the disconnected side acknowledged the repeat");
+    assert_eq!(p.b.peer_stats(pb).map(|s| s.state), Some(PeerState::Disconnected));
+    // After the linger both are zombies and deleted; ids are dead.
+    p.run_for(4 * SEC);
+    assert!(p.a.peer_stats(pa).is_none() && p.b.peer_stats(pb).is_none());
+    assert_eq!((p.a.peers().count(), p.b.peers().count()), (0, 0));
+    assert_eq!(p.a.send(pa, 0, Bytes::new(), SendMode::Reliable), Err(SendError::UnknownPeer));
+    // The slot is reused with a new generation: the old id does not reach the new peer.
+    let fresh = p.connect();
+    assert_eq!(fresh.index(), pa.index());
+    assert_ne!(fresh, pa);
+}
+
+#[test]
+fn disconnect_now_reports_at_once_and_tells_the_remote() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let (pa, _) = p.establish();
+    for i in 0..10 {
+        p.a.send(pa, 0, payload(0, i, 3000), SendMode::Reliable).unwrap();
+    }
+    p.a.disconnect_now(pa);
+    while let Some(e) = p.a.poll_event() {
+        p.events_a.push(e);
+    }
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::Local]);
+    p.run_for(SEC);
+    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Remote]);
+    assert!(received(&p.events_b, 4)[0].is_empty(), "pending data was dropped");
+}
+
+#[test]
+fn send_errors_are_precise() {
+    let mut small = HostConfig::default();
+    small.peer.max_packet_size = 1000;
+    small.peer.channels[1].max_queued_bytes = 2500;
+    let mut p = Pair::new(small, HostConfig::default());
+    let pa = p.connect();
+    assert_eq!(p.a.send(pa, 0, Bytes::new(), SendMode::Reliable), Err(SendError::NotConnected));
+    p.run_until(SEC, |p| p.connected_a().is_some());
+    assert_eq!(
+        p.a.send(pa, 4, Bytes::new(), SendMode::Reliable),
+        Err(SendError::NoSuchChannel { channel: 4, channels: 4 })
+    );
+    assert_eq!(
+        p.a.send(pa, 0, Bytes::from(vec![0; 1001]), SendMode::Reliable),
+        Err(SendError::TooLarge { size: 1001, max: 1000 })
+    );
+    for _ in 0..2 {
+        p.a.send(pa, 1, Bytes::from(vec![0; 1000]), SendMode::Reliable).unwrap();
+    }
+    assert_eq!(
+        p.a.send(pa, 1, Bytes::from(vec![0; 1000]), SendMode::Passive),
+        Err(SendError::QueueFull { channel: 1 })
+    );
+    // Unreliable data is dropped and counted instead.
+    p.a.send(pa, 1, Bytes::from(vec![0; 1000]), SendMode::Unreliable).unwrap();
+    assert_eq!(p.a.peer_stats(pa).unwrap().unreliable_dropped, 1);
+    // Once acknowledged, the queue drains and reliable sends work again.
+    p.run_for(SEC);
+    p.a.send(pa, 1, Bytes::from(vec![0; 1000]), SendMode::Reliable).unwrap();
+    let bogus = porous_proto::Host::new(HostConfig::default(), support::rng(5)).unwrap().peers().next();
+    assert!(bogus.is_none());
+}
+
+#[test]
+fn the_same_inputs_and_seed_give_byte_identical_transmits() {
+    fn run() -> Vec<Datagram> {
+        let mut a = HostConfig::default();
+        a.sequence_start = SequenceStart::Random;
+        let mut p = Pair::with_seeds(a, HostConfig::default(), 7, 8);
+        let mut n = 0u32;
+        p.pass = Box::new(move |_| {
+            n += 1;
+            n % 7 != 3 // deterministic loss
+        });
+        let (pa, pb) = p.establish();
+        for i in 0..200 {
+            let mode = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive][i % 3];
+            p.a.send(pa, i % 4, payload(i % 4, i, i * 13 % 2500), mode).unwrap();
+            if i % 10 == 0 {
+                p.b.send(pb, 0, payload(0, i, 100), SendMode::Reliable).unwrap();
+                p.run_for(20 * MS);
+            }
+        }
+        p.a.disconnect(pa);
+        p.run_for(5 * SEC);
+        p.log
+    }
+    let (first, second) = (run(), run());
+    assert!(first.len() > 300, "{} datagrams", first.len());
+    assert_eq!(first, second);
+}
+
+#[test]
+fn sequence_ids_start_where_configured() {
+    let mut a = HostConfig::default();
+    a.sequence_start = SequenceStart::Fixed { frame: u32::MAX - 3, packet: 0xFF_FFFE };
+    let mut p = Pair::new(a.clone(), a);
+    let (pa, _) = p.establish();
+    for i in 0..20 {
+        p.a.send(pa, 0, payload(0, i, 10), SendMode::Reliable).unwrap();
+        p.run_for(5 * MS);
+    }
+    p.run_for(SEC);
+    assert_eq!(received(&p.events_b, 4)[0].len(), 20, "both id spaces wrapped cleanly");
+}
+
+#[test]
+fn the_step_interval_may_be_a_fixed_engine_tick() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    p.tick = Some(16 * MS);
+    let (pa, _) = p.establish();
+    for i in 0..100 {
+        p.a.send(pa, 0, payload(0, i, 200), SendMode::Reliable).unwrap();
+    }
+    p.run_for(2 * SEC);
+    assert_eq!(received(&p.events_b, 4)[0].len(), 100);
+    let s = p.a.peer_stats(pa).unwrap();
+    assert!(s.rto >= s.rtt + 16 * MS, "the RTO covers the step interval: {:?} vs {:?}", s.rto, s.rtt);
+}
+
+#[test]
+fn spurious_steps_are_harmless() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let (pa, _) = p.establish();
+    p.run_for(SEC);
+    p.a.send(pa, 0, Bytes::from_static(b"once"), SendMode::Reliable).unwrap();
+    let now = p.now;
+    let before = p.a.stats().datagrams_sent;
+    for _ in 0..1000 {
+        p.a.step(now);
+    }
+    let mut sent = 0;
+    while p.a.poll_transmit().is_some() {
+        sent += 1;
+    }
+    assert_eq!(sent, 1, "one datagram for one packet, however often the host steps");
+    assert_eq!(p.a.stats().datagrams_sent, before + 1);
+    assert!(p.a.poll_timeout().is_some_and(|t| t > now), "nothing left to do at once");
+}
+
+#[test]
+fn high_priority_channels_go_first_when_the_window_is_scarce() {
+    let mut a = HostConfig::default();
+    a.peer.channels[3].priority = porous_proto::Priority::Low;
+    let mut p = Pair::new(a, HostConfig::default());
+    let (pa, _) = p.establish();
+    // Queue bulk data on the low channel first, then one high-priority packet.
+    for i in 0..200 {
+        p.a.send(pa, 3, payload(3, i, 1100), SendMode::Reliable).unwrap();
+    }
+    p.a.send(pa, 0, Bytes::from_static(b"urgent"), SendMode::Reliable).unwrap();
+    p.run_until(10 * SEC, |p| received(&p.events_b, 4)[3].len() == 200);
+    let order: Vec<usize> = p
+        .events_b
+        .iter()
+        .filter_map(|e| match e {
+            Event::Received { channel, .. } => Some(*channel),
+            _ => None,
+        })
+        .collect();
+    let urgent = order.iter().position(|&c| c == 0).unwrap();
+    assert_eq!(urgent, 0, "the high-priority packet overtook 200 queued low-priority ones");
+}

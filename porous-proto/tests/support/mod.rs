@@ -1,0 +1,213 @@
+//! A scripted two-host harness: a fixed-latency link both ways, an optional hook that
+//! decides the fate of each datagram, and time that jumps to the next thing to do.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use porous_proto::{Event, Host, HostConfig, PeerId};
+use rand_pcg::Pcg32;
+
+pub const MS: Duration = Duration::from_millis(1);
+
+/// One datagram crossing the link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    pub sent: Duration,
+    pub from: SocketAddr,
+    pub to: SocketAddr,
+    pub payload: Bytes,
+}
+
+impl Datagram {
+    /// The type byte: `0x80..` control datagrams, below that connection datagrams.
+    pub fn ty(&self) -> u8 {
+        self.payload.first().copied().unwrap_or(0)
+    }
+}
+
+pub fn rng(seed: u64) -> Pcg32 {
+    Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
+}
+
+pub struct Pair {
+    pub a: Host,
+    pub b: Host,
+    pub a_addr: SocketAddr,
+    pub b_addr: SocketAddr,
+    pub start: Instant,
+    pub now: Instant,
+    pub latency: Duration,
+    /// Returns `false` to drop a datagram.
+    pub pass: Box<dyn FnMut(&Datagram) -> bool>,
+    /// Every datagram sent, dropped or not, in order.
+    pub log: Vec<Datagram>,
+    pub events_a: Vec<Event>,
+    pub events_b: Vec<Event>,
+    /// When set, the hosts step on this fixed period like an engine loop.
+    pub tick: Option<Duration>,
+    in_flight: VecDeque<(Instant, Datagram)>,
+    stalled: u32,
+}
+
+impl Pair {
+    pub fn new(a: HostConfig, b: HostConfig) -> Self {
+        Self::with_seeds(a, b, 1, 2)
+    }
+
+    pub fn with_seeds(a: HostConfig, b: HostConfig, seed_a: u64, seed_b: u64) -> Self {
+        let start = Instant::now();
+        Self {
+            a: Host::new(a, rng(seed_a)).expect("valid config"),
+            b: Host::new(b, rng(seed_b)).expect("valid config"),
+            a_addr: "10.0.0.1:4000".parse().expect("address"),
+            b_addr: "10.0.0.2:5000".parse().expect("address"),
+            start,
+            now: start,
+            latency: 10 * MS,
+            pass: Box::new(|_| true),
+            log: Vec::new(),
+            events_a: Vec::new(),
+            events_b: Vec::new(),
+            tick: None,
+            in_flight: VecDeque::new(),
+            stalled: 0,
+        }
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    /// `a` connects to `b`.
+    pub fn connect(&mut self) -> PeerId {
+        let now = self.now;
+        let b = self.b_addr;
+        self.a.connect(now, b).expect("connect")
+    }
+
+    fn collect(&mut self) {
+        for (host, from, to) in [(&mut self.a, self.a_addr, self.b_addr), (&mut self.b, self.b_addr, self.a_addr)] {
+            while let Some(t) = host.poll_transmit() {
+                let d = Datagram { sent: self.now - self.start, from, to: t.remote, payload: t.payload };
+                self.log.push(d.clone());
+                // Datagrams to any other address vanish.
+                if t.remote == to && (self.pass)(&d) {
+                    self.in_flight.push_back((self.now + self.latency, d));
+                }
+            }
+        }
+        while let Some(e) = self.a.poll_event() {
+            self.events_a.push(e);
+        }
+        while let Some(e) = self.b.poll_event() {
+            self.events_b.push(e);
+        }
+    }
+
+    /// Advances to the next moment something happens (a delivery or a host deadline, or
+    /// the next tick), at most `max` ahead; delivers, steps both hosts, collects output.
+    pub fn advance(&mut self, max: Duration) {
+        let limit = self.now + max;
+        let mut next = limit;
+        if let Some(tick) = self.tick {
+            // An engine loop: read what arrived and step, once per tick.
+            next = next.min(self.now + tick);
+        } else {
+            for t in [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten() {
+                next = next.min(t.max(self.now));
+            }
+            if let Some((t, _)) = self.in_flight.front() {
+                next = next.min(*t);
+            }
+        }
+        if next <= self.now {
+            self.stalled += 1;
+            assert!(
+                self.stalled < 10_000,
+                "time stands still at {:?}: a {:?} b {:?} in flight {}\n{:?}\n{:?}",
+                self.elapsed(),
+                self.a.poll_timeout().map(|t| t - self.start),
+                self.b.poll_timeout().map(|t| t - self.start),
+                self.in_flight.len(),
+                self.a.peers().filter_map(|p| self.a.peer_stats(p)).collect::<Vec<_>>(),
+                self.b.peers().filter_map(|p| self.b.peer_stats(p)).collect::<Vec<_>>(),
+            );
+        } else {
+            self.stalled = 0;
+        }
+        self.now = next.max(self.now);
+        while self.in_flight.front().is_some_and(|(t, _)| *t <= self.now) {
+            if let Some((_, d)) = self.in_flight.pop_front() {
+                let host = if d.to == self.a_addr { &mut self.a } else { &mut self.b };
+                host.handle_datagram(self.now, d.from, &d.payload);
+            }
+        }
+        self.a.step(self.now);
+        self.b.step(self.now);
+        self.collect();
+    }
+
+    /// Runs until `done` holds or `limit` of simulated time passes; returns whether it held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
+        let end = self.now + limit;
+        while self.now < end {
+            if done(self) {
+                return true;
+            }
+            self.advance(end - self.now);
+        }
+        done(self)
+    }
+
+    /// Runs for `d` of simulated time.
+    pub fn run_for(&mut self, d: Duration) {
+        self.run_until(d, |_| false);
+    }
+
+    pub fn connected_a(&self) -> Option<PeerId> {
+        self.events_a.iter().find_map(|e| match e {
+            Event::Connected { peer, .. } => Some(*peer),
+            _ => None,
+        })
+    }
+
+    pub fn connected_b(&self) -> Option<PeerId> {
+        self.events_b.iter().find_map(|e| match e {
+            Event::Connected { peer, .. } => Some(*peer),
+            _ => None,
+        })
+    }
+
+    /// Connects `a` to `b` and runs until both report `Connected`.
+    pub fn establish(&mut self) -> (PeerId, PeerId) {
+        let pa = self.connect();
+        assert!(self.run_until(5 * Duration::from_secs(1), |p| p.connected_a().is_some() && p.connected_b().is_some()));
+        let pb = self.connected_b().expect("b connected");
+        assert_eq!(self.connected_a(), Some(pa));
+        (pa, pb)
+    }
+}
+
+/// Payloads received per channel, in order, from a list of events.
+pub fn received(events: &[Event], channels: usize) -> Vec<Vec<Bytes>> {
+    let mut out = vec![Vec::new(); channels];
+    for e in events {
+        if let Event::Received { channel, data, .. } = e {
+            out[*channel].push(data.clone());
+        }
+    }
+    out
+}
+
+pub fn disconnected(events: &[Event]) -> Vec<porous_proto::DisconnectReason> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Disconnected { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
