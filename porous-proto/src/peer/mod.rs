@@ -111,6 +111,9 @@ pub(crate) struct Peer {
     next_send: Option<Instant>,
     retry: Duration,
     malformed: u64,
+    /// The first handshake datagram sent and how many were sent: a reply to a lone one is
+    /// a clean round-trip sample (Karn: never one to a retried one).
+    handshake_sent: Option<(Instant, u32)>,
 }
 
 impl Peer {
@@ -137,6 +140,7 @@ impl Peer {
             next_send: Some(now),
             retry: cfg.connect_retry,
             malformed: 0,
+            handshake_sent: None,
         }
     }
 
@@ -197,6 +201,9 @@ impl Peer {
     }
 
     fn connected(&mut self, now: Instant, io: &mut Io<'_>) {
+        if let (Some((first, 1)), Some(s)) = (self.handshake_sent, self.session.as_mut()) {
+            s.transfer.rtt_sample(now.saturating_duration_since(first));
+        }
         self.enter(now, PeerState::Connected);
         self.announced = true;
         self.last_recv = now;
@@ -211,6 +218,10 @@ impl Peer {
         }
         self.next_send = Some(now + self.retry);
         self.retry = (self.retry * 2).min(MAX_RETRY);
+        self.handshake_sent = Some(match self.handshake_sent {
+            Some((first, n)) => (first, n + 1),
+            None => (now, 1),
+        });
     }
 
     // ---- input ---------------------------------------------------------------------

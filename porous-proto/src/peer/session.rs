@@ -246,6 +246,10 @@ impl Session {
                 Admission::Needs(n) => need += n,
             }
         }
+        if need == 0 {
+            // Nothing new to hold, even when progress has taken the budget over its cap.
+            return true;
+        }
         for tier in Tier::ALL {
             for ch in &mut self.channels {
                 let short = self.budget.shortfall(need);

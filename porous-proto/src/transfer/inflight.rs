@@ -16,7 +16,9 @@
 //!
 //! Transmissions are also kept in send order with a serial number, which makes both loss
 //! rules a walk from the front: a transmission is lost when it was sent an RTO ago, or
-//! when a transmission at least [`REORDER_THRESHOLD`] later has been acknowledged.
+//! when a later transmission has been acknowledged and it has been outstanding longer than
+//! the reordering window (a time-based rule in the manner of RACK, RFC 8985: reordering
+//! within the window never causes a resend, whatever the number of frames overtaken).
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -24,10 +26,6 @@ use std::time::{Duration, Instant};
 
 use super::queues::OutMessage;
 use crate::seq::SeqSpace;
-
-/// A frame is lost once a frame transmitted this many transmissions after it is
-/// acknowledged (the fast-retransmit threshold of TCP and QUIC).
-pub(crate) const REORDER_THRESHOLD: u64 = 3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {
@@ -60,8 +58,9 @@ struct Sent {
 /// What became of an acknowledged or dropped frame, for the caller's accounting.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// Acknowledged: `size` bytes left the flight.
-    Acked { size: usize },
+    /// Acknowledged: `size` bytes left the flight. `sent_once` is the send time of a frame
+    /// transmitted exactly once (a clean round-trip sample), with its serial.
+    Acked { size: usize, sent_once: Option<(u64, Instant)> },
     /// Dropped and discarded (an unreliable frame).
     Discarded,
     /// Dropped and now waiting to be resent; unreliable messages were stripped.
@@ -220,6 +219,7 @@ impl InFlight {
             return None;
         }
         let acked_serial = f.serial;
+        let sent_once = (f.transmissions == 1).then_some((f.serial, f.sent_at));
         f.state = State::Done;
         let size = f.size;
         let msgs = f.msgs.clone();
@@ -232,7 +232,7 @@ impl InFlight {
             self.largest_acked_serial = Some(acked_serial);
         }
         self.release(msgs, |_| true, &mut release);
-        Some(Outcome::Acked { size })
+        Some(Outcome::Acked { size, sent_once })
     }
 
     /// Whether `id` was never sent: at or beyond `next`, within half the space.
@@ -260,9 +260,15 @@ impl InFlight {
     }
 
     /// Walks transmissions from the oldest and marks every frame lost that was sent at
-    /// least `rto` before `now` or [`REORDER_THRESHOLD`] transmissions before the newest
-    /// acknowledged one. Calls `lost` with each, in send order.
-    pub(crate) fn detect_losses(&mut self, now: Instant, rto: Duration, mut lost: impl FnMut(&mut Self, u32)) {
+    /// least `rto` before `now`, or that was sent before the newest acknowledged
+    /// transmission at least `window` before `now`. Calls `lost` with each, in send order.
+    pub(crate) fn detect_losses(
+        &mut self,
+        now: Instant,
+        rto: Duration,
+        window: Duration,
+        mut lost: impl FnMut(&mut Self, u32),
+    ) {
         while let Some(&s) = self.sent.front() {
             let current = self.index(s.id).and_then(|i| self.frames.get(i));
             let live = current.is_some_and(|f| f.serial == s.serial && f.state == State::InFlight);
@@ -270,9 +276,9 @@ impl InFlight {
                 self.sent.pop_front();
                 continue;
             }
-            let by_time = now.saturating_duration_since(s.at) >= rto;
-            let by_order = self.largest_acked_serial.is_some_and(|l| s.serial + REORDER_THRESHOLD <= l);
-            if !(by_time || by_order) {
+            let age = now.saturating_duration_since(s.at);
+            let overtaken = self.largest_acked_serial.is_some_and(|l| s.serial < l);
+            if !(age >= rto || overtaken && age >= window) {
                 break;
             }
             self.sent.pop_front();
@@ -280,8 +286,9 @@ impl InFlight {
         }
     }
 
-    /// When the oldest transmission in flight will have waited an RTO.
-    pub(crate) fn oldest_send(&self) -> Option<Instant> {
+    /// The oldest transmission still in flight: its send time, and whether a later one
+    /// has been acknowledged (so the reordering window applies to it).
+    pub(crate) fn oldest_send(&self) -> Option<(Instant, bool)> {
         self.sent
             .iter()
             .find(|s| {
@@ -289,7 +296,7 @@ impl InFlight {
                     .and_then(|i| self.frames.get(i))
                     .is_some_and(|f| f.serial == s.serial && f.state == State::InFlight)
             })
-            .map(|s| s.at)
+            .map(|s| (s.at, self.largest_acked_serial.is_some_and(|l| s.serial < l)))
     }
 
     /// Marks frame `id` dropped (spec §3.1.2): a reliable frame loses its unreliable
@@ -390,7 +397,7 @@ mod tests {
         assert_eq!((a, b, c), (u32::MAX - 1, u32::MAX, 0));
         assert_eq!(q.flight(), 400);
         let mut released = 0;
-        assert!(matches!(q.ack(b, |_| released += 1), Some(Outcome::Acked { size: 200 })));
+        assert!(matches!(q.ack(b, |_| released += 1), Some(Outcome::Acked { size: 200, sent_once: Some((1, _)) })));
         assert!(q.ack(b, |_| released += 1).is_none(), "acknowledged once");
         q.pop_done();
         assert_eq!(q.base(), a, "b is done but a still holds the window");
@@ -406,15 +413,23 @@ mod tests {
         let ms = Duration::from_millis(1);
         let mut q = InFlight::new(0);
         let ids: Vec<u32> = (0..6).map(|i| frame(&mut q, &[SendMode::Reliable], t + i * ms)).collect();
-        // Acknowledging frame 3 (serial 3) makes serial 0 lost: 0 + 3 <= 3.
+        // Frame 3 is acknowledged: 0, 1 and 2 were overtaken, but reordering within the
+        // 10 ms window is not loss.
         q.ack(ids[3], |_| {});
         let mut lost = Vec::new();
-        q.detect_losses(t + 5 * ms, 100 * ms, |_, id| lost.push(id));
-        assert_eq!(lost, [0]);
+        q.detect_losses(t + 5 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
+        assert!(lost.is_empty());
+        assert_eq!(q.oldest_send(), Some((t, true)));
+        // Past the window, the overtaken frames are lost; 4 and 5 were not overtaken.
+        q.detect_losses(t + 11 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
+        assert_eq!(lost, [0, 1]);
+        lost.clear();
+        q.detect_losses(t + 12 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
+        assert_eq!(lost, [2]);
         // The RTO catches the rest once it has elapsed.
         lost.clear();
-        q.detect_losses(t + 102 * ms, 100 * ms, |_, id| lost.push(id));
-        assert_eq!(lost, [1, 2], "4 and 5 were sent later than 2 ms");
+        q.detect_losses(t + 104 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
+        assert_eq!(lost, [4], "5 was sent later than 4 ms");
     }
 
     #[test]

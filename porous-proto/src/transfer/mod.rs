@@ -49,6 +49,9 @@ use rtt::{INITIAL_RTT, Rtt};
 /// widest frame id and the check.
 pub(crate) const FRAME_BASE: usize = 1 + 4 + CHECK_LEN;
 
+/// Shortest interval between pings while frames are in flight.
+pub(crate) const MIN_PING_PERIOD: Duration = Duration::from_millis(10);
+
 /// Decides, when a message is encoded, whether its packet id may travel as 16 bits (the
 /// sending channel knows whether the receiver can expand it).
 pub(crate) trait IdPolicy {
@@ -215,7 +218,13 @@ impl Transfer {
     }
 
     fn ping_period(&self) -> Duration {
-        if self.inflight.outstanding() > 0 { self.rtt.srtt() } else { self.cfg.ping_interval.max(self.rtt.srtt()) }
+        // A round-trip time can measure zero (a loopback, a simulation); pings never go
+        // out more often than every MIN_PING_PERIOD, or "once per RTT" would mean always.
+        if self.inflight.outstanding() > 0 {
+            self.rtt.srtt().max(MIN_PING_PERIOD)
+        } else {
+            self.cfg.ping_interval.max(self.rtt.srtt())
+        }
     }
 
     fn can_open_frame(&self) -> bool {
@@ -386,14 +395,19 @@ impl Transfer {
         if let Some(sample) = data.ping_ack.and_then(|id| self.ping.on_echo(now, id)) {
             self.rtt.on_sample(sample);
         }
+        // The newest frame acknowledged here that was sent only once gives an RTT sample.
+        let mut newest: Option<(u64, Instant)> = None;
         for range in data.acks() {
-            self.on_ack_range(now, range);
+            self.on_ack_range(now, range, &mut newest);
+        }
+        if let Some((_, sent)) = newest {
+            self.rtt.on_sample(now.saturating_duration_since(sent));
         }
         self.detect_losses(now);
         self.inflight.pop_done();
     }
 
-    fn on_ack_range(&mut self, now: Instant, range: AckRange) {
+    fn on_ack_range(&mut self, now: Instant, range: AckRange, newest: &mut Option<(u64, Instant)>) {
         let s = SeqSpace::FRAME;
         let base = self.inflight.base();
         let next = self.inflight.next_id();
@@ -409,9 +423,12 @@ impl Transfer {
         for i in lo..=hi {
             let id = s.add(base, i as u32);
             let queued = &mut self.queued;
-            if let Some(Outcome::Acked { size }) = self.inflight.ack(id, |m| release(queued, m)) {
+            if let Some(Outcome::Acked { size, sent_once }) = self.inflight.ack(id, |m| release(queued, m)) {
                 self.cc.on_ack(now, size, path);
                 self.stats.frames_acked += 1;
+                if let Some(s) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
+                    *newest = Some(s);
+                }
             }
         }
     }
@@ -419,8 +436,9 @@ impl Transfer {
     fn detect_losses(&mut self, now: Instant) {
         let spacing = self.cfg.sentinel_spacing;
         let path = self.path();
+        let window = self.reorder_window();
         let (queued, stats, cc) = (&mut self.queued, &mut self.stats, &mut self.cc);
-        self.inflight.detect_losses(now, path.rto, |q, id| {
+        self.inflight.detect_losses(now, path.rto, window, |q, id| {
             let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
             let stripped = q.drop_frame(
                 id,
@@ -463,14 +481,27 @@ impl Transfer {
         self.stats.frames_received += 1;
     }
 
-    /// The next time a timer of this layer fires: a resend timeout or a ping.
+    /// How long a frame overtaken by an acknowledged later one may still be in flight
+    /// before it counts as lost: a quarter RTT beyond the smoothed RTT.
+    fn reorder_window(&self) -> Duration {
+        (self.rtt.srtt() + self.rtt.srtt() / 4).max(rtt::GRANULARITY)
+    }
+
+    /// The next time a timer of this layer fires: a loss deadline or a ping.
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        let rto = self.inflight.oldest_send().map(|t| t + self.rtt.rto());
+        let rto = self.inflight.oldest_send().map(|(t, overtaken)| {
+            t + if overtaken { self.rtt.rto().min(self.reorder_window()) } else { self.rtt.rto() }
+        });
         let ping = self.ping.deadline(self.ping_period());
         match (rto, ping) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// A round-trip sample taken outside pings (the handshake's request and reply).
+    pub(crate) fn rtt_sample(&mut self, sample: Duration) {
+        self.rtt.on_sample(sample);
     }
 
     /// Tells the layer the host's smoothed step interval (the RTO's floor).

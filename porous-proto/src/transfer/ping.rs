@@ -1,17 +1,22 @@
 //! Pings (spec §3.1.3): round-trip samples and keepalive.
 //!
 //! A ping is a one-byte id outside the transfer queue; the peer echoes it at its next
-//! flush. At most one ping is outstanding: a new one replaces an unanswered one, and only
-//! the echo of the current one yields a sample, so a late echo never produces a short RTT.
+//! flush. The last [`REMEMBERED`] pings are remembered with their send times, and the echo
+//! of any of them yields one sample: while the RTT estimate is still too short (it starts
+//! at 200 ms; a satellite link has 600), several pings are out at once and each echo
+//! still counts. An id is forgotten once echoed, so a duplicated echo yields nothing.
 //! Pings go out at most once per smoothed RTT while frames are in flight, and once per
 //! ping interval otherwise, which keeps an idle connection alive.
 
 use std::time::{Duration, Instant};
 
+/// How many recent pings can still be answered.
+pub(crate) const REMEMBERED: usize = 8;
+
 #[derive(Debug, Default)]
 pub(crate) struct Ping {
     next_id: u8,
-    outstanding: Option<(u8, Instant)>,
+    recent: [Option<(u8, Instant)>; REMEMBERED],
     last_sent: Option<Instant>,
     echo: Option<u8>,
 }
@@ -30,7 +35,9 @@ impl Ping {
     pub(crate) fn send(&mut self, now: Instant) -> u8 {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        self.outstanding = Some((id, now));
+        if let Some(slot) = self.recent.get_mut(usize::from(id) % REMEMBERED) {
+            *slot = Some((id, now));
+        }
         self.last_sent = Some(now);
         id
     }
@@ -49,11 +56,12 @@ impl Ping {
         self.echo = None;
     }
 
-    /// The peer echoed `id`: the round-trip sample, if it echoes the current ping.
+    /// The peer echoed `id`: the round-trip sample, if it echoes a remembered ping.
     pub(crate) fn on_echo(&mut self, now: Instant, id: u8) -> Option<Duration> {
-        match self.outstanding {
-            Some((current, at)) if current == id => {
-                self.outstanding = None;
+        let slot = self.recent.get_mut(usize::from(id) % REMEMBERED)?;
+        match *slot {
+            Some((sent, at)) if sent == id => {
+                *slot = None;
                 Some(now.saturating_duration_since(at))
             }
             _ => None,
@@ -66,7 +74,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_current_ping_yields_a_sample_once() {
+    fn every_remembered_ping_yields_one_sample() {
         let t = Instant::now();
         let ms = Duration::from_millis(1);
         let mut p = Ping::default();
@@ -74,9 +82,16 @@ mod tests {
         let a = p.send(t);
         assert!(!p.due(t + 50 * ms, 100 * ms));
         let b = p.send(t + 100 * ms);
-        assert_eq!(p.on_echo(t + 120 * ms, a), None, "a replaced ping's echo is ignored");
+        // Echoes longer than the ping period still count, in any order.
         assert_eq!(p.on_echo(t + 130 * ms, b), Some(30 * ms));
-        assert_eq!(p.on_echo(t + 140 * ms, b), None, "one sample per ping");
+        assert_eq!(p.on_echo(t + 620 * ms, a), Some(620 * ms));
+        assert_eq!(p.on_echo(t + 640 * ms, b), None, "one sample per ping");
+        // A ping forgotten after REMEMBERED newer ones yields nothing.
+        let old = p.send(t);
+        for i in 0..REMEMBERED as u32 {
+            p.send(t + i * ms);
+        }
+        assert_eq!(p.on_echo(t + 700 * ms, old), None);
         p.on_ping(7);
         assert_eq!(p.echo(), Some(7));
         p.echo_sent();

@@ -1,5 +1,11 @@
 //! Round-trip time and resend timeout (spec §3.1.3, equations (5)-(7)).
 //!
+//! Samples come from pings, from the handshake, and from acknowledgements of frames sent
+//! exactly once (Karn's rule: a resent frame's acknowledgement is ambiguous). The spec
+//! names acknowledgement-based estimation as a future option (footnote 4); we take it,
+//! because pings alone sample once per RTT and miss the queueing delay a burst builds,
+//! which made the RTO fire for frames that were merely queued.
+//!
 //! `rttvar` is updated before `srtt` from the same sample (equation (6) before (5)), and
 //! `RTO = srtt + max(step, 4 rttvar)`, where `step` is the smoothed interval between the
 //! host's `step` calls: the granularity at which this side can notice anything.
@@ -13,6 +19,11 @@ use std::time::Duration;
 
 /// The spec's initial round-trip time.
 pub(crate) const INITIAL_RTT: Duration = Duration::from_millis(200);
+
+/// The smallest margin the RTO keeps above the smoothed RTT (QUIC's kGranularity): with
+/// an event-driven host the step interval is near zero and a steady path drives rttvar
+/// to zero, which would otherwise leave no margin at all.
+pub(crate) const GRANULARITY: Duration = Duration::from_millis(1);
 
 /// The RFC 6298 estimator of the connection's round-trip time.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -40,8 +51,8 @@ impl Rtt {
     }
 
     fn update_rto(&mut self) {
-        // Equation (7).
-        self.rto = self.srtt + self.step.max(self.rttvar * 4);
+        // Equation (7), with the variance term never below the timer granularity.
+        self.rto = self.srtt + self.step.max(self.rttvar * 4).max(GRANULARITY);
     }
 
     /// A ping was acknowledged after `sample`.

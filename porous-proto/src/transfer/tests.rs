@@ -282,3 +282,26 @@ fn every_reliable_message_arrives_over_forty_percent_loss() {
         lossy_exchange(0.40, seed);
     }
 }
+
+#[test]
+fn a_zero_round_trip_never_makes_a_flush_endless() {
+    // An acknowledgement at the instant of sending measures an RTT of zero.
+    let t0 = Instant::now();
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut a = Transfer::new(cfg(1200), 0, 0);
+    let mut b = Transfer::new(cfg(1200), 0, 0);
+    for round in 0..50u32 {
+        a.enqueue(Priority::High, message(0, round, SendMode::Reliable, 100));
+        let out = flush(&mut a, t0, kab);
+        assert!(out.len() <= 3, "round {round}: {} datagrams in one flush", out.len());
+        for d in out {
+            deliver(&mut b, t0, kab, &d);
+        }
+        for d in flush(&mut b, t0, kba) {
+            deliver(&mut a, t0, kba, &d);
+        }
+    }
+    assert_eq!(a.rtt(), Duration::ZERO);
+    assert!(a.rto() >= MS, "the RTO keeps its granularity floor");
+    assert_eq!(a.flight(), 0);
+}
