@@ -34,6 +34,9 @@ mod event;
 mod host;
 mod peer;
 pub mod seq;
+#[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
+pub mod sim;
 mod stats;
 mod transfer;
 pub mod wire;
