@@ -300,7 +300,7 @@ fn delivery_guarantees_hold_over_arbitrary_networks() {
             Err(e) => TestResult::error(format!("{case:?}\n{e}")),
         }
     }
-    QuickCheck::new().tests(cases(400)).max_tests(100_000).quickcheck(prop as fn(Case) -> TestResult);
+    QuickCheck::new().tests(cases(800)).max_tests(100_000).quickcheck(prop as fn(Case) -> TestResult);
 }
 
 #[test]
@@ -426,7 +426,7 @@ fn fragmented_packets_of_every_mode_up_to_the_maximum_reassemble_and_memory_stay
         }
         TestResult::passed()
     }
-    QuickCheck::new().tests(cases(100)).quickcheck(prop as fn(u64, u8) -> TestResult);
+    QuickCheck::new().tests(cases(200)).quickcheck(prop as fn(u64, u8) -> TestResult);
 }
 
 #[test]
