@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 
+use crate::wire::SendMode;
+
 /// Identifies a peer of a host. It carries a generation, so an id kept after its peer was
 /// deleted never reaches a later peer that reuses the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,6 +59,9 @@ pub enum Event {
         peer: PeerId,
         /// The channel it came on.
         channel: usize,
+        /// How the sender sent it: lets a consumer that must shed load drop unreliable
+        /// packets only.
+        mode: SendMode,
         /// The packet.
         data: Bytes,
     },

@@ -50,8 +50,15 @@ fn connect_exchange_all_modes_on_several_channels_and_disconnect_after_deliverin
     assert!(p.run_until(10 * SEC, |p| !disconnected(&p.events_a).is_empty() && !disconnected(&p.events_b).is_empty()));
     assert_eq!(disconnected(&p.events_a), [DisconnectReason::Local]);
     assert_eq!(disconnected(&p.events_b), [DisconnectReason::Remote]);
-    // On a lossless link every packet of every mode arrives, in order.
+    // On a lossless link every packet of every mode arrives, in order, with its mode.
     assert_eq!(received(&p.events_b, 4), sent);
+    for e in &p.events_b {
+        if let Event::Received { channel, mode, data, .. } = e {
+            let i: usize = std::str::from_utf8(&data[..8]).unwrap().split(':').nth(1).unwrap().parse().unwrap();
+            let want = if i < 60 { modes[(i + channel) % 3] } else { SendMode::Reliable };
+            assert_eq!(*mode, want, "channel {channel} packet {i}");
+        }
+    }
     // Every Received precedes Disconnected.
     let last = p.events_b.iter().rposition(|e| matches!(e, Event::Received { .. })).unwrap();
     let end = p.events_b.iter().position(|e| matches!(e, Event::Disconnected { .. })).unwrap();

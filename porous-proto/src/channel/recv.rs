@@ -273,8 +273,9 @@ impl ChannelReceiver {
         if ok { Ok(()) } else { Err(Violation::BadFragment) }
     }
 
-    /// Delivers what the receive queue allows, calling `out` with each packet in order.
-    pub(crate) fn deliver(&mut self, budget: &mut Budget, mut out: impl FnMut(Bytes)) {
+    /// Delivers what the receive queue allows, calling `out` with each packet (and how it
+    /// was sent) in order.
+    pub(crate) fn deliver(&mut self, budget: &mut Budget, mut out: impl FnMut(Bytes, SendMode)) {
         while let Some(newest) = self.queue.back().map(|e| e.id) {
             let mut action = None;
             for (i, e) in self.queue.iter().enumerate() {
@@ -301,7 +302,7 @@ impl ChannelReceiver {
             let Some(mut e) = self.queue.pop_front() else { break };
             self.release(&e, budget);
             if deliver && let Some(data) = e.take_data() {
-                out(data);
+                out(data, e.mode.unwrap_or(SendMode::Unreliable));
             }
             self.advance(SeqSpace::PACKET.add(e.id, 1));
         }

@@ -65,7 +65,7 @@ fn stale(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) -> bool {
 
 fn drain(r: &mut ChannelReceiver, budget: &mut Budget) -> Vec<u32> {
     let mut out = Vec::new();
-    r.deliver(budget, |b| out.push(seq_of(&b)));
+    r.deliver(budget, |b, _| out.push(seq_of(&b)));
     out
 }
 
@@ -204,7 +204,10 @@ fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
         give(&mut r, &mut budget, m); // duplicates are harmless
     }
     let mut got = Vec::new();
-    r.deliver(&mut budget, |b| got.push(b));
+    r.deliver(&mut budget, |b, mode| {
+        assert_eq!(mode, SendMode::Reliable);
+        got.push(b);
+    });
     assert_eq!(got, [data]);
     // A middle fragment of the wrong size; a fragment count beyond the packet limit.
     let m = &c.0[0];
@@ -392,7 +395,7 @@ fn run(sc: &Scenario) -> Result<(), String> {
             if let Err(v) = r.on_message(&m.as_wire(), m.payload.clone(), &mut budget) {
                 return Err(format!("valid message rejected: {v:?}"));
             }
-            r.deliver(&mut budget, |b| delivered.push(seq_of(&b)));
+            r.deliver(&mut budget, |b, _| delivered.push(seq_of(&b)));
             r.detach();
             if let Some(m) = r.take_window_ack() {
                 acks.push(m);

@@ -225,9 +225,9 @@ impl Session {
                 continue;
             }
             let counters = &mut self.counters;
-            ch.recv.deliver(&mut self.budget, |data| {
+            ch.recv.deliver(&mut self.budget, |data, mode| {
                 counters.packets_received += 1;
-                events.extend(Some(Event::Received { peer, channel: i, data }));
+                events.extend(Some(Event::Received { peer, channel: i, mode, data }));
             });
             ch.recv.detach();
         }
