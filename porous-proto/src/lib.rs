@@ -51,3 +51,8 @@ pub use wire::SendMode;
 #[cfg(any(test, feature = "arbitrary"))]
 #[doc(hidden)]
 pub mod fuzzing;
+
+/// The README's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
