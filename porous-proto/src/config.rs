@@ -137,6 +137,14 @@ pub struct HostConfig {
     /// [`DisconnectReason::HostFull`](crate::DisconnectReason::HostFull) on the requester
     /// and allocates nothing.
     pub max_peers: usize,
+    /// Most incoming connections still in their handshake. Each holds only its handshake
+    /// state; beyond the limit the oldest is dropped to make room (a flood of spoofed
+    /// requests cannot hold the table).
+    pub max_pending: usize,
+    /// Above this many pending handshakes the host answers requests with a stateless
+    /// cookie challenge and creates peers only for requests that echo it, so spoofed
+    /// sources create nothing. 0 challenges every request.
+    pub challenge_above: usize,
     /// Whether remote hosts may connect to this one.
     pub accept_incoming: bool,
     /// Settings of every connection.
@@ -149,6 +157,8 @@ impl Default for HostConfig {
     fn default() -> Self {
         Self {
             max_peers: 1024,
+            max_pending: 256,
+            challenge_above: 64,
             accept_incoming: true,
             peer: PeerConfig::default(),
             sequence_start: SequenceStart::Random,
@@ -160,7 +170,7 @@ impl Default for HostConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// `max_peers` is 0.
+    /// `max_peers` or `max_pending` is 0.
     NoPeers,
     /// There must be between 1 and 255 channels.
     ChannelCount(usize),
@@ -186,7 +196,7 @@ pub enum ConfigError {
 impl core::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::NoPeers => f.write_str("max_peers must be at least 1"),
+            Self::NoPeers => f.write_str("max_peers and max_pending must be at least 1"),
             Self::ChannelCount(n) => write!(f, "a connection needs 1 to 255 channels, not {n}"),
             Self::Mtu(m) => write!(f, "mtu {m} is outside {MIN_MTU}..={MAX_MTU} bytes"),
             Self::MaxPacketSize { size, max } => {
@@ -246,7 +256,7 @@ impl PeerConfig {
 impl HostConfig {
     /// Checks every value.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.max_peers == 0 {
+        if self.max_peers == 0 || self.max_pending == 0 {
             return Err(ConfigError::NoPeers);
         }
         self.peer.validate()

@@ -95,6 +95,9 @@ pub enum DisconnectReason {
     /// The remote host still holds an older connection from this address; it will time
     /// out there, after which connecting again succeeds.
     Stale,
+    /// The remote side acknowledged data it cannot have received (trying to keep this
+    /// side's congestion window open); this side ended the connection.
+    Misbehaving,
 }
 
 /// A parameter on which the two sides of a connection disagree.
@@ -134,6 +137,7 @@ impl core::fmt::Display for DisconnectReason {
             Self::HostFull => f.write_str("refused: the remote host is full"),
             Self::NotAccepting => f.write_str("refused: the remote host does not accept connections"),
             Self::Stale => f.write_str("refused: the remote still holds an older connection from this address; retry"),
+            Self::Misbehaving => f.write_str("ended: the remote acknowledged data it never received"),
         }
     }
 }

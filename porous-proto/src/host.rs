@@ -5,6 +5,11 @@
 //! connection requests, and keeps every peer's next deadline in a heap, so a step costs
 //! time in proportion to the peers with something to do, not to all peers.
 //!
+//! Incoming handshakes are *pending* peers: at most `max_pending` of them, the oldest
+//! dropped first, each holding only its handshake state. Above `challenge_above` pending,
+//! requests are answered with a stateless cookie challenge (see [`crate::cookie`]) and a
+//! peer is created only for a request that echoes a valid cookie.
+//!
 //! Nothing here touches a socket or a clock; see the crate docs for the call contract.
 
 use std::cmp::Reverse;
@@ -15,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::config::{ConfigError, HostConfig, SequenceStart};
+use crate::cookie::CookieJar;
 use crate::event::{ConnectError, Event, PeerId, SendError, Transmit};
 use crate::peer::{self, Io, Peer};
 use crate::stats::{HostStats, PeerState, PeerStats};
@@ -105,6 +111,9 @@ pub struct Host {
     last_step: Option<Instant>,
     step_interval: Duration,
     stats: HostStats,
+    cookies: CookieJar,
+    /// Pending peers in creation order (stale entries are skipped when popped).
+    pending: VecDeque<PeerId>,
 }
 
 impl core::fmt::Debug for Host {
@@ -120,9 +129,12 @@ impl core::fmt::Debug for Host {
 
 impl Host {
     /// A host with `config`, drawing connection nonces and starting ids from `rng`.
-    pub fn new(config: HostConfig, rng: impl rand_core::Rng + Send + 'static) -> Result<Self, ConfigError> {
+    pub fn new(config: HostConfig, mut rng: impl rand_core::Rng + Send + 'static) -> Result<Self, ConfigError> {
         config.validate()?;
+        let cookies = CookieJar::new((rng.next_u64(), rng.next_u64()));
         Ok(Self {
+            cookies,
+            pending: VecDeque::new(),
             config,
             rng: Box::new(rng),
             slots: Vec::new(),
@@ -199,6 +211,9 @@ impl Host {
     fn remove(&mut self, index: u32) {
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
         if let Some(peer) = slot.peer.take() {
+            if peer.is_pending() {
+                self.stats.pending -= 1;
+            }
             self.by_addr.remove(&peer.remote());
             slot.generation = slot.generation.wrapping_add(1);
             slot.scheduled = None;
@@ -230,7 +245,8 @@ impl Host {
         }
         let (nonce, frame, packet) = self.next_ids();
         let req = peer::request(&self.config.peer, nonce, frame, packet, None);
-        let index = self.insert(Peer::outgoing(now, remote, &self.config.peer, req));
+        let seed = self.rng.next_u64();
+        let index = self.insert(Peer::outgoing(now, remote, &self.config.peer, req, seed));
         Ok(self.id_of(index))
     }
 
@@ -254,6 +270,7 @@ impl Host {
         };
         let id = self.id_of(index);
         let Some(peer) = self.slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()) else { return };
+        let was_pending = peer.is_pending();
         let mut io = Io { id, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
         let result = if ty & 0x80 == 0 {
             // A data datagram: copy it once into the receive arena; packets delivered
@@ -263,10 +280,13 @@ impl Host {
             }
             self.recv_arena.extend_from_slice(datagram);
             let bytes: Bytes = self.recv_arena.split().freeze();
-            peer.handle_data(now, &bytes, &mut io)
+            peer.handle_data(now, &bytes, &self.config.peer, &mut io)
         } else {
             peer.handle_control(now, ty, datagram, &self.config.peer, &mut io)
         };
+        if was_pending && !peer.is_pending() {
+            self.stats.pending -= 1;
+        }
         if let Err(e) = result {
             self.malformed(e);
         }
@@ -287,6 +307,31 @@ impl Host {
             Ok(_) => return self.malformed(DecodeError::UnknownType(wire::peek_type(datagram).unwrap_or(0))),
             Err(e) => return self.malformed(e),
         };
+        if self.stats.pending >= self.config.challenge_above {
+            // Under load: no state for a request until it proves it can hear us.
+            let valid = req.cookie.is_some_and(|c| self.cookies.verify(now, from, req.nonce, &c));
+            if !valid {
+                if req.cookie.is_some() {
+                    self.stats.bad_cookies += 1;
+                }
+                let cookie = self.cookies.issue(now, from, req.nonce);
+                let mut io = Io {
+                    id: PeerId { index: u32::MAX, generation: 0 },
+                    transmits: &mut self.transmits,
+                    events: &mut self.events,
+                    out: &mut self.send_arena,
+                };
+                io.control(from, &Control::Challenge(cookie), Key::reply(req.nonce));
+                self.stats.challenged += 1;
+                return;
+            }
+        }
+        // Pending handshakes make way for a new one: oldest first.
+        if self.stats.pending >= self.config.max_pending
+            || (self.by_addr.len() >= self.config.max_peers && self.stats.pending > 0)
+        {
+            self.evict_oldest_pending();
+        }
         let verdict = if !self.config.accept_incoming {
             Err(wire::RefuseReason::NotAccepting)
         } else if self.by_addr.len() >= self.config.max_peers {
@@ -314,6 +359,7 @@ impl Host {
             }
         };
         let (nonce, frame, packet) = self.next_ids();
+        let seed = self.rng.next_u64();
         let local = peer::request(&self.config.peer, nonce, frame, packet, None);
         let mut io = Io {
             id: PeerId { index, generation },
@@ -321,10 +367,36 @@ impl Host {
             events: &mut self.events,
             out: &mut self.send_arena,
         };
-        let peer = Peer::incoming(now, from, &self.config.peer, local, req, params, &mut io);
+        let peer = Peer::incoming(now, from, &self.config.peer, local, (req, params), seed, &mut io);
         let inserted = self.insert(peer);
         debug_assert_eq!(inserted, index);
         self.stats.accepted += 1;
+        self.stats.pending += 1;
+        self.pending.push_back(self.id_of(inserted));
+        if self.pending.len() > 2 * self.config.max_pending {
+            // Forget handshakes that completed or ended since.
+            let slots = &self.slots;
+            self.pending.retain(|id| {
+                slots
+                    .get(id.index as usize)
+                    .filter(|s| s.generation == id.generation)
+                    .and_then(|s| s.peer.as_ref())
+                    .is_some_and(Peer::is_pending)
+            });
+        }
+    }
+
+    /// Drops the oldest incoming handshake still pending, silently: the application
+    /// never heard of it.
+    fn evict_oldest_pending(&mut self) {
+        while let Some(id) = self.pending.pop_front() {
+            let live = self.peer_index(id).and_then(|i| self.slots.get(i)?.peer.as_ref()).is_some_and(Peer::is_pending);
+            if live {
+                self.remove(id.index);
+                self.stats.pending_evicted += 1;
+                return;
+            }
+        }
     }
 
     /// Runs every timer due at `now` and assembles the datagrams that can go out: one
@@ -368,8 +440,12 @@ impl Host {
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
         slot.dirty = false;
         let Some(peer) = slot.peer.as_mut() else { return };
+        let was_pending = peer.is_pending();
         let mut io = Io { id, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
         peer.poll(now, self.step_interval, &mut io);
+        if was_pending && !peer.is_pending() {
+            self.stats.pending -= 1;
+        }
         if peer.state() == PeerState::Zombie {
             self.remove(index);
             return;
@@ -430,9 +506,13 @@ impl Host {
         let now = self.now();
         let Some(index) = self.peer_index(peer) else { return };
         let Some(p) = self.slots.get_mut(index).and_then(|s| s.peer.as_mut()) else { return };
+        let was_pending = p.is_pending();
         let mut io =
             Io { id: peer, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
         f(p, now, &mut io);
+        if was_pending && !p.is_pending() {
+            self.stats.pending -= 1;
+        }
         self.mark_dirty(peer.index);
     }
 

@@ -30,6 +30,7 @@
 
 mod channel;
 mod config;
+mod cookie;
 mod event;
 mod host;
 mod peer;

@@ -94,6 +94,14 @@ pub struct HostStats {
     pub unknown_source: u64,
     /// Connection requests refused (incompatible, host full, not accepting).
     pub refused: u64,
+    /// Connection requests answered with a cookie challenge.
+    pub challenged: u64,
+    /// Requests echoing a cookie that did not verify.
+    pub bad_cookies: u64,
+    /// Pending handshakes dropped to make room for newer ones.
+    pub pending_evicted: u64,
+    /// Incoming connections currently in their handshake.
+    pub pending: usize,
     /// Peers created by incoming requests.
     pub accepted: u64,
     /// Peers currently in the table (any state).

@@ -23,6 +23,10 @@
 //! Once a side knows both nonces it can verify connection datagrams; a verified data
 //! frame proves the sender holds this side's nonce, so it counts as the acknowledgement
 //! (the spec's lost-acknowledgement case, Figure 2 (a), then costs nothing).
+//!
+//! Until it is connected a peer holds only its handshake state (a few hundred bytes); the
+//! session (transfer layer, channels, buffers) is made when the connection is, so a flood
+//! of requests costs little memory per pending peer.
 
 mod negotiate;
 mod session;
@@ -37,7 +41,7 @@ use crate::event::{DisconnectReason, Event, PeerId, SendError, Transmit};
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, SendMode};
 pub(crate) use negotiate::{Params, negotiate, refusal, request};
-use session::Session;
+use session::{InitialWindows, Session};
 
 /// The longest interval between handshake or disconnection retries.
 const MAX_RETRY: Duration = Duration::from_secs(1);
@@ -102,6 +106,8 @@ pub(crate) struct Peer {
     closing: Option<Closing>,
     local: ConnectRequest,
     remote_req: Option<ConnectRequest>,
+    /// What the connection runs with, once the remote request is known.
+    params: Option<Params>,
     acked: bool,
     session: Option<Session>,
     timing: Timing,
@@ -114,10 +120,19 @@ pub(crate) struct Peer {
     /// The first handshake datagram sent and how many were sent: a reply to a lone one is
     /// a clean round-trip sample (Karn: never one to a retried one).
     handshake_sent: Option<(Instant, u32)>,
+    /// Secret seed of the frame ids the session skips (see `Transfer`).
+    skip_seed: u64,
 }
 
 impl Peer {
-    fn new(now: Instant, remote: SocketAddr, cfg: &PeerConfig, local: ConnectRequest, origin: Origin) -> Self {
+    fn new(
+        now: Instant,
+        remote: SocketAddr,
+        cfg: &PeerConfig,
+        local: ConnectRequest,
+        origin: Origin,
+        seed: u64,
+    ) -> Self {
         Self {
             remote,
             state: PeerState::Connecting,
@@ -126,6 +141,7 @@ impl Peer {
             closing: None,
             local,
             remote_req: None,
+            params: None,
             acked: false,
             session: None,
             timing: Timing {
@@ -141,27 +157,36 @@ impl Peer {
             retry: cfg.connect_retry,
             malformed: 0,
             handshake_sent: None,
+            skip_seed: seed,
         }
     }
 
     /// A peer for `connect`: it starts sending requests at the next step.
-    pub(crate) fn outgoing(now: Instant, remote: SocketAddr, cfg: &PeerConfig, local: ConnectRequest) -> Self {
-        Self::new(now, remote, cfg, local, Origin::Local)
+    /// `seed` is secret randomness for the session (the frame ids it skips).
+    pub(crate) fn outgoing(
+        now: Instant,
+        remote: SocketAddr,
+        cfg: &PeerConfig,
+        local: ConnectRequest,
+        seed: u64,
+    ) -> Self {
+        Self::new(now, remote, cfg, local, Origin::Local, seed)
     }
 
     /// A peer for a compatible request that arrived; it answers at once.
+    /// `accepted` is the remote request and the parameters negotiated from it.
     pub(crate) fn incoming(
         now: Instant,
         remote: SocketAddr,
         cfg: &PeerConfig,
         local: ConnectRequest,
-        req: ConnectRequest,
-        params: Params,
+        accepted: (ConnectRequest, Params),
+        seed: u64,
         io: &mut Io<'_>,
     ) -> Self {
-        let mut p = Self::new(now, remote, cfg, local, Origin::Remote);
-        p.session = Some(Session::new(cfg, params, &p.local, &req));
-        p.remote_req = Some(req);
+        let mut p = Self::new(now, remote, cfg, local, Origin::Remote, seed);
+        p.remote_req = Some(accepted.0);
+        p.params = Some(accepted.1);
         p.send_handshake(now, io);
         p
     }
@@ -172,6 +197,19 @@ impl Peer {
 
     pub(crate) fn remote(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// Whether this is an incoming connection still in its handshake: the kind of peer a
+    /// flood of requests creates, capped and evicted separately by the host.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.state == PeerState::Connecting && self.origin == Origin::Remote
+    }
+
+    /// The keys of the connection's two directions (send, receive), once both nonces are
+    /// known.
+    fn keys(&self) -> Option<(Key, Key)> {
+        self.remote_req
+            .map(|r| (Key::connection(self.local.nonce, r.nonce), Key::connection(r.nonce, self.local.nonce)))
     }
 
     /// Whether the application knows this peer's id (so it must hear of its end).
@@ -200,7 +238,10 @@ impl Peer {
         self.enter(now, state);
     }
 
-    fn connected(&mut self, now: Instant, io: &mut Io<'_>) {
+    fn connected(&mut self, now: Instant, cfg: &PeerConfig, io: &mut Io<'_>) {
+        if let (None, Some(params), Some(req)) = (&self.session, self.params, self.remote_req) {
+            self.session = Some(Session::new(cfg, params, &self.local, &req, self.skip_seed));
+        }
         if let (Some((first, 1)), Some(s)) = (self.handshake_sent, self.session.as_mut()) {
             s.transfer.rtt_sample(now.saturating_duration_since(first));
         }
@@ -235,10 +276,10 @@ impl Peer {
         cfg: &PeerConfig,
         io: &mut Io<'_>,
     ) -> Result<(), wire::DecodeError> {
-        let key = match (wire::key_class(ty), &self.session) {
+        let key = match (wire::key_class(ty), self.keys()) {
             (KeyClass::Version, _) => Key::version(),
             (KeyClass::Reply, _) => Key::reply(self.local.nonce),
-            (KeyClass::Connection, Some(s)) => s.recv_key(),
+            (KeyClass::Connection, Some((_, recv))) => recv,
             // No connection key yet: nothing can verify it.
             (KeyClass::Connection, None) => Key::version(),
         };
@@ -256,7 +297,7 @@ impl Peer {
                 }
                 self.on_request(now, req, cfg, io);
             }
-            Control::Ack => self.on_ack(now, io),
+            Control::Ack => self.on_ack(now, cfg, io),
             Control::AckOther { .. } => {
                 if self.state == PeerState::Connecting {
                     self.end(now, PeerState::Disconnected, DisconnectReason::Stale, io);
@@ -291,12 +332,12 @@ impl Peer {
                 };
                 if self.remote_req.is_none_or(|r| r.nonce != req.nonce) {
                     // A first request, or the remote restarted its attempt.
-                    self.session = Some(Session::new(cfg, params, &self.local, &req));
+                    self.params = Some(params);
                     self.remote_req = Some(req);
                 }
                 if self.acked {
                     io.control(self.remote, &Control::Ack, Key::reply(req.nonce));
-                    self.connected(now, io);
+                    self.connected(now, cfg, io);
                 } else {
                     io.control(self.remote, &Control::RequestAck(self.local), Key::reply(req.nonce));
                 }
@@ -313,11 +354,11 @@ impl Peer {
         }
     }
 
-    fn on_ack(&mut self, now: Instant, io: &mut Io<'_>) {
+    fn on_ack(&mut self, now: Instant, cfg: &PeerConfig, io: &mut Io<'_>) {
         if self.state == PeerState::Connecting {
             self.acked = true;
-            if self.session.is_some() {
-                self.connected(now, io);
+            if self.remote_req.is_some() {
+                self.connected(now, cfg, io);
             }
         }
     }
@@ -330,7 +371,7 @@ impl Peer {
     }
 
     fn on_disconnect(&mut self, now: Instant, io: &mut Io<'_>) {
-        let Some(key) = self.session.as_ref().map(Session::send_key) else { return };
+        let Some((key, _)) = self.keys() else { return };
         match self.state {
             PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting => {
                 io.control(self.remote, &Control::DisconnectAck, key);
@@ -346,12 +387,25 @@ impl Peer {
         &mut self,
         now: Instant,
         datagram: &Bytes,
+        cfg: &PeerConfig,
         io: &mut Io<'_>,
     ) -> Result<(), wire::DecodeError> {
         let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
-        let Some(session) = self.session.as_mut().filter(|_| active) else {
+        let (Some((_, recv)), Some(remote), true) = (self.keys(), self.remote_req, active) else {
             return Ok(());
         };
+        if self.session.is_none() {
+            // Connecting: verify against the windows as they start, before making anything.
+            let initial = InitialWindows::new(&self.local, &remote);
+            if let Err(e) = wire::Data::decode(datagram, recv, &initial) {
+                self.malformed += 1;
+                return Err(e);
+            }
+            // Only a holder of this side's nonce can make it: an acknowledgement.
+            self.acked = true;
+            self.connected(now, cfg, io);
+        }
+        let Some(session) = self.session.as_mut() else { return Ok(()) };
         let data = match session.decode(datagram) {
             Ok(d) => d,
             Err(e) => {
@@ -360,14 +414,12 @@ impl Peer {
             }
         };
         self.last_recv = now;
-        if self.state == PeerState::Connecting {
-            // Only a holder of this side's nonce can make it: an acknowledgement.
-            self.acked = true;
-            self.connected(now, io);
-        }
-        let id = io.id;
-        if let Some(session) = self.session.as_mut() {
-            session.process(now, &data, datagram, id, io.events);
+        session.process(now, &data, datagram, io.id, io.events);
+        if session.transfer.misbehaving() {
+            if let Some((key, _)) = self.keys() {
+                io.control(self.remote, &Control::Disconnect, key);
+            }
+            self.end(now, PeerState::Disconnected, DisconnectReason::Misbehaving, io);
         }
         Ok(())
     }
@@ -388,7 +440,7 @@ impl Peer {
                 self.enter(now, PeerState::Disconnecting);
                 self.closing = Some(Closing::Flushing(now + self.timing.timeout));
             }
-            PeerState::Connecting if self.session.is_some() => {
+            PeerState::Connecting if self.remote_req.is_some() => {
                 self.enter(now, PeerState::Disconnecting);
                 self.closing = Some(Closing::Requesting(now));
                 self.retry = self.timing.connect_retry;
@@ -405,7 +457,7 @@ impl Peer {
         if matches!(self.state, PeerState::Disconnected | PeerState::Zombie) {
             return;
         }
-        if let Some(key) = self.session.as_ref().map(Session::send_key) {
+        if let Some((key, _)) = self.keys() {
             io.control(self.remote, &Control::Disconnect, key);
         }
         self.end(now, PeerState::Disconnected, DisconnectReason::Local, io);
@@ -477,7 +529,7 @@ impl Peer {
         // Keep acknowledging what still arrives while waiting.
         self.flush(now, io);
         if self.next_send.is_some_and(|t| t <= now) {
-            if let Some(key) = self.session.as_ref().map(Session::send_key) {
+            if let Some((key, _)) = self.keys() {
                 io.control(self.remote, &Control::Disconnect, key);
             }
             self.next_send = Some(now + self.retry);

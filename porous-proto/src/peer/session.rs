@@ -63,6 +63,34 @@ impl Expand for Windows<'_> {
     }
 }
 
+/// The windows as they start, before any session exists: how a connecting side verifies
+/// the first data frame it receives (which then counts as the acknowledgement).
+pub(crate) struct InitialWindows {
+    remote_frame: u32,
+    local_frame: u32,
+    remote_packet: u32,
+}
+
+impl InitialWindows {
+    pub(crate) fn new(local: &ConnectRequest, remote: &ConnectRequest) -> Self {
+        Self { remote_frame: remote.frame_base, local_frame: local.frame_base, remote_packet: remote.packet_base }
+    }
+}
+
+impl Expand for InitialWindows {
+    fn frame_id(&self, truncated: u32, bytes: u32) -> u32 {
+        crate::seq::SeqSpace::FRAME.expand(truncated, 8 * bytes, self.remote_frame)
+    }
+
+    fn ack_largest(&self, truncated: u16) -> u32 {
+        crate::seq::SeqSpace::FRAME.expand_below(u32::from(truncated), 16, self.local_frame)
+    }
+
+    fn packet_id(&self, _channel: u8, truncated: u16) -> u32 {
+        crate::seq::SeqSpace::PACKET.expand(u32::from(truncated), 16, self.remote_packet)
+    }
+}
+
 /// The channels' receive window bases as they were before a datagram, so its messages can
 /// be expanded again while the channels change.
 struct Bases {
@@ -107,8 +135,16 @@ fn share(datagram: &Bytes, payload: &[u8]) -> Bytes {
 
 impl Session {
     /// A session between `local` (this side's request) and `remote` (the other's).
-    pub(crate) fn new(cfg: &PeerConfig, params: Params, local: &ConnectRequest, remote: &ConnectRequest) -> Self {
+    /// `seed`: secret randomness for the frame ids the transfer layer skips.
+    pub(crate) fn new(
+        cfg: &PeerConfig,
+        params: Params,
+        local: &ConnectRequest,
+        remote: &ConnectRequest,
+        seed: u64,
+    ) -> Self {
         let mut tc = TransferConfig::new(params.mtu, params.channels);
+        tc.skip_seed = seed | 1;
         tc.initial_window = cfg.initial_window * params.mtu;
         tc.bandwidth = params.send_bandwidth;
         tc.ping_interval = cfg.ping_interval;
@@ -139,14 +175,6 @@ impl Session {
             recv_key: Key::connection(remote.nonce, local.nonce),
             counters: Counters::default(),
         }
-    }
-
-    pub(crate) fn send_key(&self) -> Key {
-        self.send_key
-    }
-
-    pub(crate) fn recv_key(&self) -> Key {
-        self.recv_key
     }
 
     /// Queues a packet on `channel`.

@@ -32,6 +32,9 @@ pub(crate) enum State {
     InFlight,
     Lost,
     Done,
+    /// An id deliberately never sent: an acknowledgement for it proves the peer
+    /// acknowledges frames it never received.
+    Skipped,
 }
 
 #[derive(Clone, Debug)]
@@ -67,6 +70,8 @@ pub(crate) enum Outcome {
     ToResend,
     /// A dropped unreliable frame, now an empty reliable sentinel frame waiting to be sent.
     Sentinel,
+    /// The id was skipped: never sent, so never receivable.
+    Skipped,
 }
 
 #[derive(Debug)]
@@ -115,7 +120,7 @@ impl InFlight {
 
     /// Frames not yet done (in flight or lost).
     pub(crate) fn outstanding(&self) -> usize {
-        self.frames.iter().filter(|f| f.state != State::Done).count()
+        self.frames.iter().filter(|f| matches!(f.state, State::InFlight | State::Lost)).count()
     }
 
     /// Whether a new frame would still fall inside the transfer window of `window` frames.
@@ -170,6 +175,25 @@ impl InFlight {
         id
     }
 
+    /// Consumes the next id without sending anything under it. `at` is the store index
+    /// where the next frame's messages begin: message ranges follow frame ids, so the
+    /// skipped frame's empty range must sit before them.
+    pub(crate) fn skip(&mut self, now: Instant, at: u64) {
+        let id = self.next;
+        self.next = SeqSpace::FRAME.add(id, 1);
+        let msgs = at..at;
+        self.frames.push_back(Frame {
+            id,
+            state: State::Skipped,
+            reliable: false,
+            size: 0,
+            msgs,
+            serial: 0,
+            sent_at: now,
+            transmissions: 0,
+        });
+    }
+
     fn take_serial(&mut self, id: u32, at: Instant) -> u64 {
         let serial = self.next_serial;
         self.next_serial += 1;
@@ -215,8 +239,10 @@ impl InFlight {
     pub(crate) fn ack(&mut self, id: u32, mut release: impl FnMut(&OutMessage)) -> Option<Outcome> {
         let i = self.index(id)?;
         let f = self.frames.get_mut(i)?;
-        if f.state == State::Done {
-            return None;
+        match f.state {
+            State::Done => return None,
+            State::Skipped => return Some(Outcome::Skipped),
+            State::InFlight | State::Lost => {}
         }
         let acked_serial = f.serial;
         let sent_once = (f.transmissions == 1).then_some((f.serial, f.sent_at));
@@ -340,7 +366,7 @@ impl InFlight {
 
     /// Pops done frames off the front, advancing `k_b`, and frees their messages.
     pub(crate) fn pop_done(&mut self) {
-        while self.frames.front().is_some_and(|f| f.state == State::Done) {
+        while self.frames.front().is_some_and(|f| matches!(f.state, State::Done | State::Skipped)) {
             if let Some(f) = self.frames.pop_front() {
                 self.k_b = SeqSpace::FRAME.add(f.id, 1);
                 while self.store_base < f.msgs.end {
@@ -453,5 +479,27 @@ mod tests {
         assert!(q.first_resendable(100).is_none());
         q.resent(mixed, 109, t);
         assert_eq!(q.first_resendable(usize::MAX).map(|f| f.id), Some(spaced));
+    }
+
+    #[test]
+    fn skipped_ids_are_never_outstanding_and_their_acks_are_caught() {
+        let t = Instant::now();
+        let mut q = InFlight::new(100);
+        let a = frame(&mut q, &[SendMode::Reliable], t);
+        let at = q.store_end();
+        q.skip(t, at);
+        let c = frame(&mut q, &[SendMode::Reliable], t);
+        assert_eq!((a, c), (100, 102), "101 was skipped");
+        assert_eq!(q.outstanding(), 2);
+        assert!(matches!(q.ack(101, |_| {}), Some(Outcome::Skipped)));
+        let mut released = 0;
+        q.ack(a, |_| released += 1);
+        q.pop_done();
+        // The skipped id pops with a, and c's message is still held.
+        assert_eq!(q.base(), c);
+        assert_eq!(q.messages(&q.get(c).unwrap().msgs.clone()).count(), 1);
+        q.ack(c, |_| released += 1);
+        q.pop_done();
+        assert_eq!((released, q.outstanding()), (2, 0));
     }
 }

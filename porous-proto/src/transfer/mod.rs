@@ -75,6 +75,8 @@ pub(crate) struct TransferConfig {
     pub(crate) sentinel_spacing: u32,
     /// Number of channel tags to account bytes for.
     pub(crate) channels: usize,
+    /// Seed of the generator that picks frame ids to skip; 0 never skips.
+    pub(crate) skip_seed: u64,
 }
 
 impl TransferConfig {
@@ -87,6 +89,7 @@ impl TransferConfig {
             frame_window: crate::seq::FRAME_WINDOW,
             sentinel_spacing: crate::seq::SENTINEL_SPACING,
             channels,
+            skip_seed: 0,
         }
     }
 }
@@ -125,6 +128,10 @@ pub struct TransferStats {
     pub unreliable_dropped: u64,
     /// Congestion window resets (spec equations (13)-(15)).
     pub congestion_resets: u64,
+    /// Frame ids skipped on purpose (never sent) to catch dishonest acknowledgements.
+    pub frames_skipped: u64,
+    /// Acknowledgements of skipped ids: the peer acknowledged what it never received.
+    pub dishonest_acks: u64,
 }
 
 /// The transfer layer of one connection.
@@ -140,6 +147,8 @@ pub(crate) struct Transfer {
     /// Bytes each channel holds in the queues and in flight.
     queued: Vec<usize>,
     stats: TransferStats,
+    /// Xorshift state choosing the ids to skip (0: never).
+    skip: u64,
 }
 
 /// A datagram the flush decided to send.
@@ -166,6 +175,7 @@ impl Transfer {
             ping: Ping::default(),
             queued: vec![0; cfg.channels],
             stats: TransferStats::default(),
+            skip: cfg.skip_seed,
             cfg,
         }
     }
@@ -366,10 +376,36 @@ impl Transfer {
         if count == 0 {
             return None;
         }
+        self.maybe_skip(now, first);
         // The exact size: the last message carries no length field.
         let len = self.messages_len(&(first..self.inflight.store_end()), ids);
         let id = self.inflight.push(first, reliable, FRAME_BASE + len, now);
         Some((id, len))
+    }
+
+    /// Now and then (one frame in 128 on average), consumes a frame id without sending
+    /// it. An honest receiver never acknowledges it; one that acknowledges frames it did
+    /// not receive, to keep our congestion window open, soon acknowledges a skipped id and
+    /// is found out (the defence QUIC specifies against optimistic acknowledgements).
+    /// Never a sentinel position, never outside the transfer window.
+    fn maybe_skip(&mut self, now: Instant, at: u64) {
+        if self.skip == 0 {
+            return;
+        }
+        self.skip ^= self.skip << 13;
+        self.skip ^= self.skip >> 7;
+        self.skip ^= self.skip << 17;
+        let id = self.inflight.next_id();
+        let room = SeqSpace::FRAME.distance(self.inflight.base(), id) + 1 < self.cfg.frame_window;
+        if self.skip.is_multiple_of(128) && room && !SeqSpace::FRAME.is_spaced(id, self.cfg.sentinel_spacing) {
+            self.inflight.skip(now, at);
+            self.stats.frames_skipped += 1;
+        }
+    }
+
+    /// Whether the peer acknowledged a frame it cannot have received.
+    pub(crate) fn misbehaving(&self) -> bool {
+        self.stats.dishonest_acks > 0
     }
 
     // ---- receiving -----------------------------------------------------------------
@@ -423,12 +459,16 @@ impl Transfer {
         for i in lo..=hi {
             let id = s.add(base, i as u32);
             let queued = &mut self.queued;
-            if let Some(Outcome::Acked { size, sent_once }) = self.inflight.ack(id, |m| release(queued, m)) {
-                self.cc.on_ack(now, size, path);
-                self.stats.frames_acked += 1;
-                if let Some(s) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
-                    *newest = Some(s);
+            match self.inflight.ack(id, |m| release(queued, m)) {
+                Some(Outcome::Acked { size, sent_once }) => {
+                    self.cc.on_ack(now, size, path);
+                    self.stats.frames_acked += 1;
+                    if let Some(s) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
+                        *newest = Some(s);
+                    }
                 }
+                Some(Outcome::Skipped) => self.stats.dishonest_acks += 1,
+                _ => {}
             }
         }
     }

@@ -1,0 +1,432 @@
+//! Two `porous_proto::Host`s joined in memory, no sockets (issue 9): messages per second,
+//! bytes per second, and heap allocations per message in steady state.
+//!
+//! Workloads, each on a perfect link driven by a simulated clock that advances a fixed
+//! tick per round:
+//!
+//! - `reliable_32B/batch{1,32,1024}`: host A sends that many 32-byte reliable packets per
+//!   1 ms round to host B;
+//! - `reliable_1000B/batch64`: 64 1,000-byte reliable packets per 1 ms round;
+//! - `game_60hz`: a 60 Hz game loop, per tick 3 small reliable inputs client to server, one
+//!   200-byte unreliable state server to client, and every 30th tick a 4,000-byte reliable
+//!   packet server to client; one iteration is 30 ticks (0.5 s of game time).
+//!
+//! A round: the sender queues its batch (retrying in the next round what gets
+//! `QueueFull`), steps, its datagrams are handed to the receiver, which steps (delivering
+//! and acknowledging), and the acknowledgements are handed back. Both hosts run on this
+//! thread, so the figures are CPU of both ends on one core. `…/both` times whole rounds;
+//! `…/send_side` only the sender's calls (`send`, `step`, `poll_transmit`, and
+//! `handle_datagram` of acknowledgements) and `…/recv_side` only the receiver's
+//! (`handle_datagram` of data, `step`, `poll_event`, `poll_transmit`): the channel send
+//! path and receive path.
+//!
+//! After the criterion groups, the bench prints heap allocations per message for each
+//! workload, counted by a global allocator over 2,000 steady-state rounds (after 2,000
+//! rounds of warm-up), outside criterion.
+//!
+//! `cargo bench -p porous-proto --bench hosts`. For a profiler, `POROUS_PROFILE=small`
+//! (or `large`, `game`) runs that workload for `POROUS_PROFILE_ROUNDS` rounds (default
+//! 20,000) without criterion. See `docs/performance.md`.
+
+use std::alloc::System;
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{Criterion, Throughput};
+use porous_proto::{Event, Host, HostConfig, PeerId, SendError, SendMode};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+fn rng(seed: u64) -> rand_pcg::Pcg32 {
+    rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
+}
+
+/// Messages and payload bytes delivered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Tally {
+    messages: u64,
+    bytes: u64,
+}
+
+/// Two hosts on a perfect in-memory link, connected, with a simulated clock.
+struct Pair {
+    a: Host,
+    b: Host,
+    a_addr: SocketAddr,
+    b_addr: SocketAddr,
+    now: Instant,
+    /// A's id of B.
+    ab: PeerId,
+    /// B's id of A.
+    ba: PeerId,
+    /// Datagrams on the wire, reused.
+    a_to_b: Vec<Bytes>,
+    b_to_a: Vec<Bytes>,
+    /// Delivered at B (from A) and at A (from B).
+    at_b: Tally,
+    at_a: Tally,
+    /// Packets A still has to queue (refused with `QueueFull` so far).
+    backlog: usize,
+}
+
+impl Pair {
+    fn new(config: &HostConfig) -> Self {
+        let a_addr: SocketAddr = "10.0.0.1:9000".parse().expect("address");
+        let b_addr: SocketAddr = "10.0.0.2:9000".parse().expect("address");
+        let mut a = Host::new(config.clone(), rng(1)).expect("valid config");
+        let b = Host::new(config.clone(), rng(2)).expect("valid config");
+        let now = Instant::now();
+        let ab = a.connect(now, b_addr).expect("connect");
+        let mut p = Self {
+            a,
+            b,
+            a_addr,
+            b_addr,
+            now,
+            ab,
+            ba: ab,
+            a_to_b: Vec::with_capacity(4096),
+            b_to_a: Vec::with_capacity(4096),
+            at_b: Tally::default(),
+            at_a: Tally::default(),
+            backlog: 0,
+        };
+        let (mut a_up, mut b_up) = (false, false);
+        for _ in 0..100 {
+            p.now += Duration::from_millis(1);
+            p.a.step(p.now);
+            p.b.step(p.now);
+            p.carry();
+            while let Some(e) = p.a.poll_event() {
+                a_up |= matches!(e, Event::Connected { .. });
+            }
+            while let Some(e) = p.b.poll_event() {
+                if let Event::Connected { peer, .. } = e {
+                    p.ba = peer;
+                    b_up = true;
+                }
+            }
+            if a_up && b_up {
+                return p;
+            }
+        }
+        panic!("the hosts did not connect");
+    }
+
+    fn collect_a(&mut self) {
+        while let Some(t) = self.a.poll_transmit() {
+            debug_assert_eq!(t.remote, self.b_addr);
+            self.a_to_b.push(t.payload);
+        }
+    }
+
+    fn collect_b(&mut self) {
+        while let Some(t) = self.b.poll_transmit() {
+            debug_assert_eq!(t.remote, self.a_addr);
+            self.b_to_a.push(t.payload);
+        }
+    }
+
+    fn deliver_to_b(&mut self) {
+        for d in self.a_to_b.drain(..) {
+            self.b.handle_datagram(self.now, self.a_addr, &d);
+        }
+    }
+
+    fn deliver_to_a(&mut self) {
+        for d in self.b_to_a.drain(..) {
+            self.a.handle_datagram(self.now, self.b_addr, &d);
+        }
+    }
+
+    /// Carries every queued datagram both ways.
+    fn carry(&mut self) {
+        self.collect_a();
+        self.collect_b();
+        self.deliver_to_b();
+        self.deliver_to_a();
+    }
+
+    fn drain_b(&mut self) {
+        while let Some(e) = self.b.poll_event() {
+            if let Event::Received { data, .. } = e {
+                self.at_b.messages += 1;
+                self.at_b.bytes += black_box(data).len() as u64;
+            }
+        }
+    }
+
+    fn drain_a(&mut self) {
+        while let Some(e) = self.a.poll_event() {
+            if let Event::Received { data, .. } = e {
+                self.at_a.messages += 1;
+                self.at_a.bytes += black_box(data).len() as u64;
+            }
+        }
+    }
+
+    /// Queues up to `n` packets (plus the backlog) from A to B on channel 0; what the
+    /// channel refuses waits for the next round.
+    fn queue_a(&mut self, msg: &Bytes, n: usize, mode: SendMode) {
+        let mut left = n + self.backlog;
+        while left > 0 {
+            match self.a.send(self.ab, 0, msg.clone(), mode) {
+                Ok(()) => left -= 1,
+                Err(SendError::QueueFull { .. }) => break,
+                Err(e) => panic!("send failed: {e}"),
+            }
+        }
+        self.backlog = left;
+    }
+
+    /// One round of bulk transfer A to B; returns the time spent in the sender's calls and
+    /// in the receiver's.
+    fn bulk_round(&mut self, msg: &Bytes, n: usize, tick: Duration) -> (Duration, Duration) {
+        self.now += tick;
+        let t0 = Instant::now();
+        self.queue_a(msg, n, SendMode::Reliable);
+        self.a.step(self.now);
+        self.collect_a();
+        let t1 = Instant::now();
+        self.deliver_to_b();
+        self.b.step(self.now);
+        self.drain_b();
+        self.collect_b();
+        let t2 = Instant::now();
+        self.deliver_to_a();
+        self.drain_a();
+        let t3 = Instant::now();
+        ((t1 - t0) + (t3 - t2), t2 - t1)
+    }
+}
+
+/// A bulk workload: `batch` packets of `size` bytes per 1 ms round.
+#[derive(Clone, Copy, Debug)]
+struct Bulk {
+    name: &'static str,
+    size: usize,
+    batch: usize,
+}
+
+const TICK: Duration = Duration::from_millis(1);
+
+const SMALL: [Bulk; 3] = [
+    Bulk { name: "reliable_32B", size: 32, batch: 1 },
+    Bulk { name: "reliable_32B", size: 32, batch: 32 },
+    Bulk { name: "reliable_32B", size: 32, batch: 1024 },
+];
+const LARGE: Bulk = Bulk { name: "reliable_1000B", size: 1000, batch: 64 };
+
+/// The packet every round sends: a slice of a shared buffer, as an application that
+/// serialises into a pool would hand over (cloning it allocates nothing).
+fn packet(size: usize) -> Bytes {
+    Bytes::from(vec![0x5A; size])
+}
+
+/// A connected pair after enough rounds for the congestion window and every buffer to
+/// reach steady state.
+fn warm_bulk(w: Bulk) -> (Pair, Bytes) {
+    let mut p = Pair::new(&HostConfig::default());
+    let msg = packet(w.size);
+    for _ in 0..2_000 {
+        p.bulk_round(&msg, w.batch, TICK);
+    }
+    (p, msg)
+}
+
+fn bench_bulk(c: &mut Criterion, w: Bulk) {
+    let mut g = c.benchmark_group(format!("hosts/{}", w.name));
+    g.throughput(Throughput::ElementsAndBytes { elements: w.batch as u64, bytes: (w.batch * w.size) as u64 });
+    let (mut p, msg) = warm_bulk(w);
+    let before = p.at_b;
+    let mut rounds = 0u64;
+    for (side, pick) in [("both", 0), ("send_side", 1), ("recv_side", 2)] {
+        g.bench_function(format!("batch{}/{side}", w.batch), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    let (s, r) = p.bulk_round(&msg, w.batch, TICK);
+                    total += match pick {
+                        0 => start.elapsed(),
+                        1 => s,
+                        _ => r,
+                    };
+                }
+                rounds += iters;
+                total
+            });
+        });
+    }
+    g.finish();
+    // Everything queued arrived, in steady state (a round's worth may still be in flight).
+    let got = p.at_b.messages - before.messages;
+    let sent = rounds * w.batch as u64 - p.backlog as u64;
+    assert!(got + 2 * w.batch as u64 >= sent && got <= sent, "delivered {got} of {sent}");
+}
+
+/// The 60 Hz game loop between a client (A) and a server (B).
+struct Game {
+    p: Pair,
+    input: Bytes,
+    state: Bytes,
+    big: Bytes,
+    tick_no: u64,
+}
+
+const GAME_TICK: Duration = Duration::from_micros(16_667);
+const GAME_TICKS: u64 = 30;
+/// Messages and payload bytes one iteration (30 ticks) sends.
+const GAME_MESSAGES: u64 = GAME_TICKS * (3 + 1) + 1;
+const GAME_BYTES: u64 = GAME_TICKS * (3 * 16 + 200) + 4000;
+
+impl Game {
+    fn new() -> Self {
+        let mut g = Self {
+            p: Pair::new(&HostConfig::default()),
+            input: packet(16),
+            state: packet(200),
+            big: packet(4000),
+            tick_no: 0,
+        };
+        for _ in 0..100 {
+            g.run();
+        }
+        g
+    }
+
+    /// One engine tick on both sides: queue, step, exchange, drain.
+    fn tick(&mut self) {
+        let p = &mut self.p;
+        p.now += GAME_TICK;
+        for _ in 0..3 {
+            p.a.send(p.ab, 0, self.input.clone(), SendMode::Reliable).expect("input queued");
+        }
+        p.b.send(p.ba, 1, self.state.clone(), SendMode::Unreliable).expect("state queued");
+        if self.tick_no.is_multiple_of(GAME_TICKS) {
+            p.b.send(p.ba, 2, self.big.clone(), SendMode::Reliable).expect("big packet queued");
+        }
+        self.tick_no += 1;
+        p.a.step(p.now);
+        p.b.step(p.now);
+        p.carry();
+        p.drain_a();
+        p.drain_b();
+    }
+
+    /// One iteration: 30 ticks.
+    fn run(&mut self) {
+        for _ in 0..GAME_TICKS {
+            self.tick();
+        }
+    }
+
+    fn delivered(&self) -> u64 {
+        self.p.at_a.messages + self.p.at_b.messages
+    }
+}
+
+fn bench_game(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hosts/game_60hz");
+    g.throughput(Throughput::ElementsAndBytes { elements: GAME_MESSAGES, bytes: GAME_BYTES });
+    let mut game = Game::new();
+    g.bench_function("30_ticks", |b| b.iter(|| game.run()));
+    g.finish();
+}
+
+/// Heap allocations per delivered message in steady state, counted outside criterion.
+fn report_allocations() {
+    eprintln!();
+    eprintln!("allocations per message, steady state (2,000 rounds after 2,000 of warm-up):");
+    eprintln!(
+        "{:<28} {:>10} {:>12} {:>14} {:>14} {:>12}",
+        "workload", "messages", "allocations", "allocs/msg", "alloc B/msg", "wire B/msg"
+    );
+    let row = |name: &str, messages: u64, s: stats_alloc::Stats, wire: u64| {
+        let events = (s.allocations + s.reallocations) as f64;
+        eprintln!(
+            "{name:<28} {messages:>10} {:>12} {:>14.4} {:>14.2} {:>12.2}",
+            s.allocations + s.reallocations,
+            events / messages as f64,
+            s.bytes_allocated as f64 / messages as f64,
+            wire as f64 / messages as f64,
+        );
+    };
+    for w in SMALL.iter().copied().chain([LARGE]) {
+        let (mut p, msg) = warm_bulk(w);
+        let (before, sent_a, sent_b) = (p.at_b.messages, p.a.stats().bytes_sent, p.b.stats().bytes_sent);
+        let region = Region::new(GLOBAL);
+        for _ in 0..2_000 {
+            p.bulk_round(&msg, w.batch, TICK);
+        }
+        let s = region.change();
+        let wire = p.a.stats().bytes_sent - sent_a + p.b.stats().bytes_sent - sent_b;
+        row(&format!("{}/batch{}", w.name, w.batch), p.at_b.messages - before, s, wire);
+    }
+    let mut game = Game::new();
+    let (before, sent_a, sent_b) = (game.delivered(), game.p.a.stats().bytes_sent, game.p.b.stats().bytes_sent);
+    let region = Region::new(GLOBAL);
+    for _ in 0..(2_000 / GAME_TICKS) {
+        game.run();
+    }
+    let s = region.change();
+    let wire = game.p.a.stats().bytes_sent - sent_a + game.p.b.stats().bytes_sent - sent_b;
+    row("game_60hz", game.delivered() - before, s, wire);
+}
+
+/// Runs one workload without criterion, for a profiler.
+fn profile(which: &str) {
+    let rounds: u64 = std::env::var("POROUS_PROFILE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let start = Instant::now();
+    let delivered = match which {
+        "large" => {
+            let (mut p, msg) = warm_bulk(LARGE);
+            for _ in 0..rounds {
+                p.bulk_round(&msg, LARGE.batch, TICK);
+            }
+            p.at_b.messages
+        }
+        "game" => {
+            let mut game = Game::new();
+            for _ in 0..rounds / GAME_TICKS {
+                game.run();
+            }
+            game.delivered()
+        }
+        _ => {
+            let w = SMALL[2];
+            let (mut p, msg) = warm_bulk(w);
+            for _ in 0..rounds {
+                p.bulk_round(&msg, w.batch, TICK);
+            }
+            p.at_b.messages
+        }
+    };
+    let t = start.elapsed();
+    eprintln!(
+        "profile {which}: {delivered} messages in {t:?} ({:.1} ns/message)",
+        t.as_nanos() as f64 / delivered as f64
+    );
+}
+
+fn main() {
+    if let Ok(which) = std::env::var("POROUS_PROFILE") {
+        profile(&which);
+        return;
+    }
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    for w in SMALL {
+        bench_bulk(&mut c, w);
+    }
+    bench_bulk(&mut c, LARGE);
+    bench_game(&mut c);
+    report_allocations();
+    c.final_summary();
+}
