@@ -28,8 +28,9 @@ use crate::wire::{self, MAX_MTU, MIN_MTU};
 pub struct ChannelConfig {
     /// Priority of the channel's messages in the transfer layer's send queues.
     pub priority: Priority,
-    /// Most payload bytes the channel may hold on the sending side (waiting, queued or in
-    /// flight). Beyond it reliable and passive sends fail with
+    /// Most bytes the channel may hold on the sending side (waiting, queued or in flight),
+    /// counting each message's payload and its place in a queue (about 64 bytes, so even
+    /// empty packets are bounded). Beyond it reliable and passive sends fail with
     /// [`SendError::QueueFull`](crate::SendError::QueueFull) and older unreliable packets
     /// are dropped.
     pub max_queued_bytes: usize,
@@ -215,6 +216,25 @@ impl core::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl PeerConfig {
+    /// An upper bound on the heap one connected peer holds under this configuration,
+    /// whatever the remote sends (the host fuzzer checks it after every step). It adds:
+    ///
+    /// - reassembly: `max_reassembly_bytes`, plus per channel three packets and a datagram
+    ///   that progress may take beyond it (`docs/protocol.md`, Memory), and the receive
+    ///   queues' slots;
+    /// - sending: what the channels' `max_queued_bytes` allow, the queue slots for it, and
+    ///   the record of frames in flight, which may span twice the messages those limits
+    ///   allow (a frame the remote never acknowledges holds its place);
+    /// - a few kilobytes of fixed structures.
+    ///
+    /// With the defaults it is about 142 MB: 108 MB on the sending side, which only the
+    /// application's own sends can fill (4 channels of 4 MiB, and their bookkeeping), and
+    /// 34 MB that a remote alone can make a peer hold (reassembly). Lower the limits to
+    /// serve many peers: `max_peers` times this bounds every peer's share of a host.
+    pub fn memory_limit(&self) -> usize {
+        crate::peer::memory_bound(self)
+    }
+
     /// Checks every value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.channels.is_empty() || self.channels.len() > 255 {

@@ -23,7 +23,7 @@ use crate::config::{ConfigError, HostConfig, SequenceStart};
 use crate::cookie::CookieJar;
 use crate::event::{ConnectError, Event, PeerId, SendError, Transmit};
 use crate::peer::{self, Io, Peer};
-use crate::stats::{HostStats, PeerState, PeerStats};
+use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
 use crate::wire::{self, Control, DecodeError, Key, KeyClass, SendMode};
 
 /// Size of the buffers datagrams are copied into and encoded in; slices of them become the
@@ -539,6 +539,37 @@ impl Host {
         self.stats
     }
 
+    /// The memory the host holds, by what holds it. Every part is bounded by the
+    /// configuration (peers, queues per channel, reassembly per peer); see
+    /// `docs/security.md`.
+    pub fn memory_usage(&self) -> MemoryUsage {
+        let mut m = MemoryUsage::default();
+        for peer in self.slots.iter().filter_map(|s| s.peer.as_ref()) {
+            m.peers += peer.memory();
+            m.reassembly += peer.stats().reassembly_bytes;
+        }
+        m.table = size_of::<Self>()
+            + self.slots.capacity() * size_of::<Slot>()
+            + self.free.capacity() * size_of::<u32>()
+            // An ordered map node holds its entries plus pointers: about twice the entry.
+            + self.by_addr.len() * 2 * size_of::<(SocketAddr, u32)>()
+            + self.timers.capacity() * size_of::<Reverse<(Instant, u32, u32)>>()
+            + self.dirty.capacity() * size_of::<u32>()
+            + self.pending.capacity() * size_of::<PeerId>();
+        let event_bytes = |e: &Event| match e {
+            Event::Received { data, .. } => data.len(),
+            _ => 0,
+        };
+        m.buffers = self.transmits.capacity() * size_of::<Transmit>()
+            + self.transmits.iter().map(|t| t.payload.len()).sum::<usize>()
+            + self.events.capacity() * size_of::<Event>()
+            + self.events.iter().map(event_bytes).sum::<usize>()
+            + self.recv_arena.capacity()
+            + self.send_arena.capacity();
+        m.total = m.peers + m.table + m.buffers;
+        m
+    }
+
     /// The ids of every peer the host holds, in slot order.
     pub fn peers(&self) -> impl Iterator<Item = PeerId> + '_ {
         self.slots
@@ -551,5 +582,31 @@ impl Host {
     /// The peer with address `remote`, if any.
     pub fn peer_by_addr(&self, remote: SocketAddr) -> Option<PeerId> {
         self.by_addr.get(&remote).map(|&i| self.id_of(i))
+    }
+
+    #[cfg(feature = "arbitrary")]
+    fn peer_at(&self, remote: SocketAddr) -> Option<&Peer> {
+        self.by_addr.get(&remote).and_then(|&i| self.slots.get(i as usize)).and_then(|s| s.peer.as_ref())
+    }
+
+    /// The id references of the connection with `remote` (see `Session::id_references`).
+    /// Fuzzing only: with them and [`Host::seal_from`] a forger that knows the keys
+    /// reaches past the check.
+    #[cfg(feature = "arbitrary")]
+    pub(crate) fn id_references(&self, remote: SocketAddr) -> Option<(u32, u32, Vec<u32>)> {
+        self.peer_at(remote).and_then(Peer::id_references)
+    }
+
+    /// Appends to `body` (a data datagram without its check) the check this host accepts
+    /// from `remote`; false if there is no connection or `body` does not parse.
+    #[cfg(feature = "arbitrary")]
+    pub(crate) fn seal_from(&self, remote: SocketAddr, body: &mut Vec<u8>) -> bool {
+        match self.peer_at(remote).and_then(|p| p.seal(body)) {
+            Some(check) => {
+                body.extend_from_slice(&check.to_le_bytes());
+                true
+            }
+            None => false,
+        }
     }
 }

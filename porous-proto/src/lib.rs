@@ -45,7 +45,7 @@ pub mod wire;
 pub use config::{ChannelConfig, ConfigError, HostConfig, PeerConfig, SequenceStart};
 pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, Transmit};
 pub use host::Host;
-pub use stats::{HostStats, PeerState, PeerStats, TransferStats};
+pub use stats::{HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};
 pub use transfer::Priority;
 pub use wire::SendMode;
 

@@ -74,6 +74,23 @@ impl PeerStats {
     }
 }
 
+/// The memory a host holds, in bytes, by what holds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryUsage {
+    /// Everything below.
+    pub total: usize,
+    /// The peers: their state, connection structures, queued and in-flight payloads, and
+    /// reassembly memory.
+    pub peers: usize,
+    /// Of `peers`, reassembly memory (incomplete and undelivered packets).
+    pub reassembly: usize,
+    /// The peer table, the timer heap and the other host bookkeeping.
+    pub table: usize,
+    /// Datagrams and events waiting to be polled, and the receive and send buffers.
+    pub buffers: usize,
+}
+
 /// Counters of a whole host.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
 use crate::transfer::{OutMessage, Priority, Transfer};
 use crate::wire::SendMode;
-pub(crate) use recv::{Admission, ChannelReceiver, Tier};
+pub(crate) use recv::{Admission, ChannelReceiver, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, Marks, Tier};
 pub(crate) use send::ChannelSender;
 
 /// The channel window constants, parameters so tests can use the spec's small figures.
@@ -139,7 +139,7 @@ impl Channel {
         cap: usize,
         sink: &mut impl MessageSink,
     ) -> Result<usize, QueueFull> {
-        let over = (self.held(sink) + data.len()).saturating_sub(cap);
+        let over = (self.held(sink) + self.send.cost(data.len())).saturating_sub(cap);
         let mut dropped = 0;
         if over > 0 {
             if mode != SendMode::Unreliable {

@@ -23,17 +23,21 @@
 //! entries holding only a sentinel are not (there are at most N_Q / M of them in a
 //! window). Admission ([`ChannelReceiver::admission`]) lets through, whatever the budget,
 //! exactly what the channel needs to make progress: data that takes no new memory, the
-//! head-of-line reliable packet, sentinels, whole packets whose dependency is met
-//! (delivered at once, freeing all before them), and any packet when the channel holds
-//! nothing else. Everything else must fit, after evicting unreliable data (and finally
-//! the markers evicted entries leave). So a peer's reassembly memory never exceeds its
-//! cap by more than two packets and N_Q / M sentinel entries per channel.
-//! Passive data is never evicted: its fragments travel reliably, so once acknowledged the
-//! sender never resends them, and passive packets have no sentinels to skip them by; a
-//! window of evicted passive packets could never move again. Passive data is refused
-//! instead, like reliable data, and the sender keeps resending it. A whole packet received out of order is copied out of the shared
-//! receive buffer, so a stalled channel never pins datagram buffers larger than what it
-//! is charged for.
+//! head-of-line reliable packet (unique: the only incomplete reliable packet whose
+//! dependency is delivered), the passive packet at the front of the channel (one at a
+//! time: a newer one is displaced to make way for an older), sentinels, whole packets the
+//! delivery walk reaches at once (they free all before them), and any packet when the
+//! channel holds nothing else. Everything else must fit, after evicting unreliable data
+//! (and finally the markers evicted entries leave). So a peer's reassembly memory never
+//! exceeds its cap by more than three packets and N_Q / M sentinel entries per channel,
+//! however a hostile peer numbers, packs or orders its messages.
+//!
+//! Passive data is otherwise never evicted: its fragments travel reliably, so once
+//! acknowledged the sender never resends them, and passive packets have no sentinels to
+//! skip them by. Passive data that does not fit is refused instead, like reliable data,
+//! and the sender keeps resending it. A whole packet received out of order is copied out
+//! of the shared receive buffer, so a stalled channel never pins datagram buffers larger
+//! than what it is charged for.
 
 use std::collections::VecDeque;
 
@@ -43,8 +47,33 @@ use super::{Budget, ChannelParams, Violation};
 use crate::seq::SeqSpace;
 use crate::wire::{Message, MessageKind, SendMode};
 
-/// What an entry costs besides its data: the entry itself and queue slack.
-pub(crate) const ENTRY_OVERHEAD: usize = 96;
+/// Drops an entry's data, leaving a marker so late fragments are ignored (a sentinel's
+/// entry goes back to costing nothing). Returns the budget bytes freed.
+fn evict_entry(e: &mut Entry, attached: &mut usize) -> usize {
+    if matches!(e.body, Body::Empty | Body::Evicted) {
+        return 0;
+    }
+    if let Body::Whole { detached: false, .. } = e.body {
+        *attached -= 1;
+    }
+    let keep = if e.sentinel { 0 } else { ENTRY_OVERHEAD };
+    let data = e.charged - keep;
+    e.body = Body::Evicted;
+    e.charged = keep;
+    data
+}
+
+/// What an entry costs besides its data: its slot in the receive queue, twice over for
+/// the slack of a growing queue. Charging the real cost keeps a flood of tiny fragments
+/// from holding far more than `max_reassembly_bytes`.
+pub(crate) const ENTRY_OVERHEAD: usize = 2 * ENTRY_SIZE;
+
+/// Most markers of displaced passive packets a channel holds (they are not charged to
+/// the budget; see [`ChannelReceiver::displace_exempt`]).
+pub(crate) const MAX_DISPLACED: usize = 64;
+
+/// Heap bytes of one receive queue slot.
+pub(crate) const ENTRY_SIZE: usize = size_of::<Entry>();
 
 #[derive(Debug)]
 enum Body {
@@ -67,6 +96,12 @@ struct Entry {
     sentinel: bool,
     body: Body,
     charged: usize,
+    /// A passive packet stored beyond the budget because it was at the front of the
+    /// channel (see [`ChannelReceiver::admission`]); at most one per channel.
+    exempt: bool,
+    /// The marker of such a packet, displaced by an older one (see
+    /// [`ChannelReceiver::displace_exempt`]).
+    displaced: bool,
 }
 
 impl Entry {
@@ -113,11 +148,27 @@ impl Tier {
 pub(crate) enum Admission {
     /// Takes no new budget bytes.
     Free,
-    /// Needed for the channel to make progress: stored whatever the budget (and with it
-    /// the rest of its frame, which is stored whole or not at all).
+    /// Needed for the channel to make progress: stored whatever the budget. The rest of
+    /// its frame must still fit; if it does not, this message alone is stored and the
+    /// frame goes unacknowledged (see `Session::admit`).
     Progress,
     /// Stored only if this many budget bytes are available.
     Needs(usize),
+}
+
+/// Facts about a receive queue that admission decisions share (see
+/// [`ChannelReceiver::marks`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Marks {
+    /// Offset of the first entry whose dependency is not delivered: delivery stops there.
+    first_blocked: Option<u32>,
+    /// The first incomplete reliable entry whose dependency is delivered.
+    open_head: Option<u32>,
+    /// How many such entries there are (only 0, 1 and more matter).
+    open_heads: u8,
+    /// Offset of the first entry holding data the channel must deliver or wait for:
+    /// reliable or passive, or complete. Before it lie only lost packets and gaps.
+    first_held: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -133,6 +184,8 @@ pub(crate) struct ChannelReceiver {
     window_ack: Option<u32>,
     /// Whole entries still sharing a datagram buffer.
     attached: usize,
+    /// Markers of displaced passive packets in the queue.
+    displaced: usize,
 }
 
 impl ChannelReceiver {
@@ -147,6 +200,7 @@ impl ChannelReceiver {
             queue: VecDeque::new(),
             window_ack: None,
             attached: 0,
+            displaced: 0,
         }
     }
 
@@ -172,23 +226,86 @@ impl ChannelReceiver {
         dependency == 0 || !self.is_new(SeqSpace::PACKET.sub(id, dependency))
     }
 
+    /// What admission needs to know about the queue, in one pass: where delivery stops,
+    /// and which reliable packets could be the one the channel waits for. A frame under
+    /// memory pressure computes it once per channel, not once per message, so a hostile
+    /// frame of many messages costs one walk of the queue, not one per message.
+    pub(crate) fn marks(&self) -> Marks {
+        let mut marks = Marks::default();
+        for e in &self.queue {
+            let met = self.dependency_met(e.id, e.dependency);
+            if !met && marks.first_blocked.is_none() {
+                marks.first_blocked = Some(self.offset(e.id));
+            }
+            if met && e.mode == Some(SendMode::Reliable) && !e.complete() {
+                marks.open_head.get_or_insert(e.id);
+                marks.open_heads = marks.open_heads.saturating_add(1);
+            }
+            let data = !matches!(e.body, Body::Empty | Body::Evicted);
+            let held = data && (matches!(e.mode, Some(SendMode::Reliable | SendMode::Passive)) || e.complete());
+            if held && marks.first_held.is_none() {
+                marks.first_held = Some(self.offset(e.id));
+            }
+            if marks.first_blocked.is_some() && marks.first_held.is_some() && marks.open_heads > 1 {
+                break;
+            }
+        }
+        marks
+    }
+
     /// Whether `m` is a fragment of the packet this channel waits for: reliable, with its
-    /// own dependency delivered.
-    pub(crate) fn is_head_of_line(&self, m: &Message<'_>) -> bool {
+    /// own dependency delivered, and no other such packet incomplete in the queue.
+    ///
+    /// An honest sender has exactly one such packet per channel, because each reliable
+    /// packet depends on the one before it. The last clause keeps a hostile sender from
+    /// claiming "no dependency" on every packet: each would otherwise pass as the head of
+    /// line and be admitted beyond the reassembly budget (the hostile suite saw 470 MB
+    /// stored against a 639 kB bound before this rule).
+    fn is_head_of_line(&self, m: &Message<'_>, marks: &Marks) -> bool {
         m.kind == MessageKind::Fragment(SendMode::Reliable)
             && self.is_new(m.id)
             && self.dependency_met(m.id, m.dependency)
+            && match marks.open_heads {
+                0 => true,
+                1 => marks.open_head == Some(m.id),
+                _ => false,
+            }
     }
 
-    /// How storing `m` relates to the memory budget (see the module docs).
-    pub(crate) fn admission(&self, m: &Message<'_>) -> Admission {
-        let need = self.memory_need(m);
-        let whole_and_ready = m.fragment.count == 1
+    /// Whether `m` is a fragment of a passive packet at the front of the channel: its
+    /// dependency delivered, and nothing before it but lost unreliable packets. The
+    /// packets a sender resends first are at the front of their channels (everything
+    /// before them was acknowledged, so is delivered or lost unreliable), and when the
+    /// budget is held by later data the sender may be able to send nothing else.
+    /// Reliable packets at the front are heads of line; unreliable ones are never resent.
+    fn is_front(&self, m: &Message<'_>, marks: &Marks) -> bool {
+        m.kind == MessageKind::Fragment(SendMode::Passive)
+            && self.displaced < MAX_DISPLACED
+            && self.is_new(m.id)
+            && self.dependency_met(m.id, m.dependency)
+            && marks.first_held.is_none_or(|h| self.offset(m.id) <= h)
+    }
+
+    /// Whether `m` is a whole packet the delivery walk reaches at once: its dependency is
+    /// delivered and no entry before it waits for one. Storing it frees memory at once.
+    fn delivered_at_once(&self, m: &Message<'_>, marks: &Marks) -> bool {
+        m.fragment.count == 1
             && matches!(m.kind, MessageKind::Fragment(_))
-            && self.dependency_met(m.id, m.dependency);
+            && self.dependency_met(m.id, m.dependency)
+            && marks.first_blocked.is_none_or(|b| b > self.offset(m.id))
+    }
+
+    /// How storing `m` relates to the memory budget (see the module docs); `marks` are
+    /// this queue's, from [`ChannelReceiver::marks`].
+    pub(crate) fn admission(&self, m: &Message<'_>, marks: &Marks) -> Admission {
+        let need = self.memory_need(m);
         if need == 0 {
             Admission::Free
-        } else if self.charged == 0 || whole_and_ready || self.is_head_of_line(m) {
+        } else if self.charged == 0
+            || self.delivered_at_once(m, marks)
+            || self.is_head_of_line(m, marks)
+            || self.is_front(m, marks)
+        {
             Admission::Progress
         } else {
             Admission::Needs(need)
@@ -214,13 +331,15 @@ impl ChannelReceiver {
         }
     }
 
-    /// Stores a fragment or sentinel message. `payload` is `m.payload` as shared bytes.
+    /// Stores a fragment or sentinel message. `payload` is `m.payload` as shared bytes;
+    /// `exempt` says it was admitted beyond the budget ([`Admission::Progress`]).
     /// Returns `Ok(false)` for a message with a stale id, ignored.
     pub(crate) fn on_message(
         &mut self,
         m: &Message<'_>,
         payload: Bytes,
         budget: &mut Budget,
+        exempt: bool,
     ) -> Result<bool, Violation> {
         if !self.is_new(m.id) {
             return Ok(false);
@@ -236,13 +355,24 @@ impl ChannelReceiver {
         if mode.is_some() {
             self.check_fragment(m)?;
         }
+        let exempt = exempt && mode == Some(SendMode::Passive) && self.find(m.id).is_err();
+        if exempt {
+            self.displace_exempt(budget);
+        }
         let i = match self.find(m.id) {
             Ok(i) => i,
             Err(i) => {
-                self.queue.insert(
-                    i,
-                    Entry { id: m.id, dependency: m.dependency, mode, sentinel: false, body: Body::Empty, charged: 0 },
-                );
+                let e = Entry {
+                    id: m.id,
+                    dependency: m.dependency,
+                    mode,
+                    sentinel: false,
+                    body: Body::Empty,
+                    charged: 0,
+                    exempt,
+                    displaced: false,
+                };
+                self.queue.insert(i, e);
                 i
             }
         };
@@ -309,6 +439,7 @@ impl ChannelReceiver {
     }
 
     fn release(&mut self, e: &Entry, budget: &mut Budget) {
+        self.displaced -= usize::from(e.displaced);
         budget.credit(e.charged);
         self.charged -= e.charged;
         if let Body::Whole { detached: false, .. } = e.body {
@@ -322,6 +453,11 @@ impl ChannelReceiver {
             self.window_ack = Some(m);
         }
         self.base = to;
+    }
+
+    /// Bytes of the receive queue's own storage (its data is charged to the budget).
+    pub(crate) fn memory(&self) -> usize {
+        self.queue.capacity() * size_of::<Entry>()
     }
 
     /// Copies every whole packet that still shares a datagram buffer into its own.
@@ -373,22 +509,41 @@ impl ChannelReceiver {
                 (Tier::CompleteUnreliable, Some(SendMode::Unreliable)) => complete,
                 _ => false,
             };
-            if !hit || matches!(e.body, Body::Empty | Body::Evicted) {
-                continue;
+            if hit {
+                freed += evict_entry(e, &mut self.attached);
             }
-            if let Body::Whole { detached: false, .. } = e.body {
-                self.attached -= 1;
-            }
-            // A sentinel's entry goes back to costing nothing; any other leaves a marker.
-            let keep = if e.sentinel { 0 } else { ENTRY_OVERHEAD };
-            let data = e.charged - keep;
-            e.body = Body::Evicted;
-            e.charged = keep;
-            freed += data;
         }
         budget.credit(freed);
         self.charged -= freed;
         freed
+    }
+
+    /// Evicts the passive packet stored beyond the budget, if any, to make way for an
+    /// earlier one at the front of the channel. Passive data is otherwise never evicted,
+    /// but the earlier packet is what the channel delivers first, and the sender may be
+    /// able to send nothing else until it is stored. Keeping one such packet per channel
+    /// is what bounds the memory a peer can claim this way: a peer sending passive packets
+    /// newest first displaces each with the next.
+    ///
+    /// The displaced packet's fragments were acknowledged, so the rest never comes again
+    /// and it can never complete. It leaves an uncharged marker that ignores its late
+    /// fragments (a new entry from one would hold memory for good) and that the delivery
+    /// walk consumes like a lost unreliable packet's sentinel, so the window moves past
+    /// it. At most [`MAX_DISPLACED`] such markers exist per channel; beyond that, a
+    /// passive packet at the front must fit like any other.
+    fn displace_exempt(&mut self, budget: &mut Budget) {
+        let mut freed = 0;
+        for e in self.queue.iter_mut().filter(|e| e.exempt) {
+            let data = evict_entry(e, &mut self.attached);
+            freed += data + e.charged;
+            e.charged = 0;
+            e.exempt = false;
+            e.displaced = true;
+            e.sentinel = true;
+            self.displaced += 1;
+        }
+        budget.credit(freed);
+        self.charged -= freed;
     }
 
     /// Budget bytes held by this channel.

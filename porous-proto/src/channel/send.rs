@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use super::{ChannelParams, MessageSink};
 use crate::seq::SeqSpace;
-use crate::transfer::{OutMessage, Priority};
+use crate::transfer::{MESSAGE_OVERHEAD, OutMessage, Priority};
 use crate::wire::{Fragment, MessageKind, SendMode};
 
 #[derive(Debug)]
@@ -62,6 +62,12 @@ impl ChannelSender {
         len.div_ceil(self.fragment_size).max(1)
     }
 
+    /// What a packet of `len` bytes costs against the queue limit once it is split into
+    /// messages (see `OutMessage::cost`); the same while it waits for window space.
+    pub(crate) fn cost(&self, len: usize) -> usize {
+        len + self.fragments_for(len) * MESSAGE_OVERHEAD
+    }
+
     fn window_open(&self) -> bool {
         SeqSpace::PACKET.distance(self.base, self.next) < self.params.window
     }
@@ -71,7 +77,7 @@ impl ChannelSender {
         if self.waiting.is_empty() && self.window_open() {
             self.emit(data, mode, sink);
         } else {
-            self.waiting_bytes += data.len();
+            self.waiting_bytes += self.cost(data.len());
             self.waiting.push_back((data, mode));
         }
     }
@@ -131,7 +137,7 @@ impl ChannelSender {
         self.base = s.add(m, 1);
         while self.window_open() {
             let Some((data, mode)) = self.waiting.pop_front() else { break };
-            self.waiting_bytes -= data.len();
+            self.waiting_bytes -= self.cost(data.len());
             self.emit(data, mode, sink);
         }
         true
@@ -147,7 +153,12 @@ impl ChannelSender {
         span <= (1 << 14) && s.distance(self.base, id) < span
     }
 
-    /// Bytes of packets waiting for window space.
+    /// Bytes this half holds: its waiting list and the packets in it.
+    pub(crate) fn memory(&self) -> usize {
+        self.waiting.capacity() * size_of::<(Bytes, SendMode)>() + self.waiting_bytes
+    }
+
+    /// What the packets waiting for window space cost (see [`ChannelSender::cost`]).
     pub(crate) fn waiting_bytes(&self) -> usize {
         self.waiting_bytes
     }
@@ -156,9 +167,10 @@ impl ChannelSender {
     /// Returns the bytes and packets freed.
     pub(crate) fn drop_waiting_unreliable(&mut self, need: usize) -> (usize, usize) {
         let (mut freed, mut packets) = (0, 0);
+        let cost = |len: usize| len + len.div_ceil(self.fragment_size).max(1) * MESSAGE_OVERHEAD;
         self.waiting.retain(|(data, mode)| {
             if freed < need && *mode == SendMode::Unreliable {
-                freed += data.len();
+                freed += cost(data.len());
                 packets += 1;
                 false
             } else {

@@ -8,6 +8,7 @@ use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 use super::*;
 use crate::seq::SeqSpace;
+use crate::transfer::MESSAGE_OVERHEAD;
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 
 #[derive(Default)]
@@ -56,11 +57,11 @@ fn seq_of(b: &Bytes) -> u32 {
 }
 
 fn give(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) {
-    r.on_message(&m.as_wire(), m.payload.clone(), budget).expect("a valid message");
+    r.on_message(&m.as_wire(), m.payload.clone(), budget, false).expect("a valid message");
 }
 
 fn stale(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) -> bool {
-    r.on_message(&m.as_wire(), m.payload.clone(), budget) == Ok(false)
+    r.on_message(&m.as_wire(), m.payload.clone(), budget, false) == Ok(false)
 }
 
 fn drain(r: &mut ChannelReceiver, budget: &mut Budget) -> Vec<u32> {
@@ -212,13 +213,13 @@ fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
     // A middle fragment of the wrong size; a fragment count beyond the packet limit.
     let m = &c.0[0];
     let bad = Message { id: 1, payload: &m.payload[..5], ..m.as_wire() };
-    assert_eq!(r.on_message(&bad, Bytes::new(), &mut budget), Err(Violation::BadFragment));
+    assert_eq!(r.on_message(&bad, Bytes::new(), &mut budget, false), Err(Violation::BadFragment));
     let huge = Message { id: 2, fragment: Fragment { index: 0, count: 60_000 }, ..m.as_wire() };
     let mut small = ChannelReceiver::new(ChannelParams::default(), 10, 100, 0);
-    assert_eq!(small.on_message(&huge, m.payload.clone(), &mut budget), Err(Violation::TooLarge));
+    assert_eq!(small.on_message(&huge, m.payload.clone(), &mut budget, false), Err(Violation::TooLarge));
     // Outside the window: stale, ignored.
     let far = Message { id: 0x40_0000, ..m.as_wire() };
-    assert_eq!(r.on_message(&far, m.payload.clone(), &mut budget), Ok(false));
+    assert_eq!(r.on_message(&far, m.payload.clone(), &mut budget, false), Ok(false));
 }
 
 #[test]
@@ -240,7 +241,7 @@ fn eviction_drops_only_unreliable_data() {
     assert_eq!(budget.used(), before - freed);
     assert_eq!(r.evict(Tier::IncompleteUnreliable, 1, &mut budget), 0);
     assert_eq!(r.evict(Tier::CompleteUnreliable, usize::MAX, &mut budget), 0, "passive and reliable stay");
-    assert_eq!(r.evict(Tier::Markers, usize::MAX, &mut budget), 96, "the unreliable packet's marker");
+    assert_eq!(r.evict(Tier::Markers, usize::MAX, &mut budget), ENTRY_OVERHEAD, "the unreliable packet's marker");
     give(&mut r, &mut budget, &c.0[2]);
     give(&mut r, &mut budget, &c.0[5]);
     give(&mut r, &mut budget, &r0[0]);
@@ -254,20 +255,23 @@ fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     let (send, recv) = pair(params, 0, 100);
     let mut ch = Channel { index: 0, send, recv };
     let mut sink = Capture::default();
-    // 100-byte cap: u0 (40) and r1 (40) fit; r2 does not.
-    assert_eq!(ch.send(packet(0, 40), SendMode::Unreliable, 100, &mut sink), Ok(0));
-    assert_eq!(ch.send(packet(1, 40), SendMode::Reliable, 100, &mut sink), Ok(0));
-    assert_eq!(ch.send(packet(2, 40), SendMode::Reliable, 100, &mut sink), Err(QueueFull));
-    assert_eq!(ch.send(packet(2, 40), SendMode::Passive, 100, &mut sink), Err(QueueFull));
+    // Each packet costs its bytes and a queue slot.
+    let cost = |len| len + MESSAGE_OVERHEAD;
+    let cap = 2 * cost(40) + 10;
+    // u0 and r1 fit; r2 does not.
+    assert_eq!(ch.send(packet(0, 40), SendMode::Unreliable, cap, &mut sink), Ok(0));
+    assert_eq!(ch.send(packet(1, 40), SendMode::Reliable, cap, &mut sink), Ok(0));
+    assert_eq!(ch.send(packet(2, 40), SendMode::Reliable, cap, &mut sink), Err(QueueFull));
+    assert_eq!(ch.send(packet(2, 40), SendMode::Passive, cap, &mut sink), Err(QueueFull));
     // An unreliable packet pushes the oldest unreliable one out.
-    assert_eq!(ch.send(packet(3, 40), SendMode::Unreliable, 100, &mut sink), Ok(0));
-    assert_eq!(ch.held(&sink), 80);
+    assert_eq!(ch.send(packet(3, 40), SendMode::Unreliable, cap, &mut sink), Ok(0));
+    assert_eq!(ch.held(&sink), 2 * cost(40));
     let ids: Vec<u32> = sink.0.iter().map(|m| seq_of(&m.payload)).collect();
     assert_eq!(ids, [1, 3]);
     // When only reliable data is left, the new unreliable packet itself is dropped.
-    assert_eq!(ch.send(packet(4, 60), SendMode::Reliable, 100, &mut sink), Err(QueueFull));
-    assert_eq!(ch.send(packet(5, 70), SendMode::Unreliable, 100, &mut sink), Ok(1));
-    assert_eq!(ch.held(&sink), 40);
+    assert_eq!(ch.send(packet(4, 60), SendMode::Reliable, cap, &mut sink), Err(QueueFull));
+    assert_eq!(ch.send(packet(5, 70), SendMode::Unreliable, cap, &mut sink), Ok(1));
+    assert_eq!(ch.held(&sink), cost(40));
 }
 
 /// An arbitrary run: packets of random modes and sizes over a network that loses,
@@ -318,9 +322,14 @@ impl Rng {
 }
 
 /// Admits a message the way a peer admits a frame: what the channel needs for progress
-/// always, the rest only if it fits the budget after evicting what may be evicted.
-fn admit(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) -> bool {
-    let Admission::Needs(need) = r.admission(&m.as_wire()) else { return true };
+/// always (`Some(true)`: beyond the budget), the rest only if it fits the budget after
+/// evicting what may be evicted (`Some(false)`); `None` when refused.
+fn admit(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) -> Option<bool> {
+    let need = match r.admission(&m.as_wire(), &r.marks()) {
+        Admission::Free => return Some(false),
+        Admission::Progress => return Some(true),
+        Admission::Needs(need) => need,
+    };
     for tier in Tier::ALL {
         let short = budget.shortfall(need);
         if short == 0 {
@@ -328,7 +337,7 @@ fn admit(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) -> bool {
         }
         r.evict(tier, short, budget);
     }
-    budget.shortfall(need) == 0
+    (budget.shortfall(need) == 0).then_some(false)
 }
 
 fn run(sc: &Scenario) -> Result<(), String> {
@@ -383,16 +392,13 @@ fn run(sc: &Scenario) -> Result<(), String> {
             if lost {
                 continue;
             }
-            if !admit(&mut r, &mut budget, &m) {
-                if !reliable {
-                    continue;
-                }
-                if !pool.contains(&m) {
+            let Some(exempt) = admit(&mut r, &mut budget, &m) else {
+                if reliable && !pool.contains(&m) {
                     pool.push(m); // refused: the transfer layer resends it
                 }
                 continue;
-            }
-            if let Err(v) = r.on_message(&m.as_wire(), m.payload.clone(), &mut budget) {
+            };
+            if let Err(v) = r.on_message(&m.as_wire(), m.payload.clone(), &mut budget, exempt) {
                 return Err(format!("valid message rejected: {v:?}"));
             }
             r.deliver(&mut budget, |b, _| delivered.push(seq_of(&b)));
@@ -400,10 +406,11 @@ fn run(sc: &Scenario) -> Result<(), String> {
             if let Some(m) = r.take_window_ack() {
                 acks.push(m);
             }
-            // The documented bound: the cap plus two packets (the head of line, and one
-            // admitted into an otherwise empty channel); sentinels are not charged.
-            let largest = recv::ENTRY_OVERHEAD + 64_usize.div_ceil(fragment_size) * fragment_size + 8;
-            let slack = 2 * largest;
+            // The documented bound: the cap plus three packets (the head of line, the
+            // passive packet at the front, and one admitted into an otherwise empty
+            // channel); sentinels are not charged.
+            let largest = ENTRY_OVERHEAD + 64_usize.div_ceil(fragment_size) * fragment_size + 8;
+            let slack = 3 * largest;
             if sc.cap.is_some_and(|c| budget.used() > usize::from(c) + slack) {
                 return Err(format!("budget {} far above its cap", budget.used()));
             }

@@ -41,6 +41,7 @@ use crate::event::{DisconnectReason, Event, PeerId, SendError, Transmit};
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, SendMode};
 pub(crate) use negotiate::{Params, negotiate, refusal, request};
+pub(crate) use session::memory_bound;
 use session::{InitialWindows, Session};
 
 /// The longest interval between handshake or disconnection retries.
@@ -561,6 +562,23 @@ impl Peer {
             PeerState::Disconnected => Some(self.since + self.timing.linger),
             PeerState::Zombie => Some(now),
         }
+    }
+
+    /// See `Session::id_references`; `None` before the connection is made.
+    #[cfg(feature = "arbitrary")]
+    pub(crate) fn id_references(&self) -> Option<(u32, u32, Vec<u32>)> {
+        self.session.as_ref().map(Session::id_references)
+    }
+
+    /// See `Session::seal`; `None` before the connection is made.
+    #[cfg(feature = "arbitrary")]
+    pub(crate) fn seal(&self, body: &[u8]) -> Option<u32> {
+        self.session.as_ref().and_then(|s| s.seal(body).ok())
+    }
+
+    /// Bytes this peer holds.
+    pub(crate) fn memory(&self) -> usize {
+        size_of::<Self>() + self.session.as_ref().map_or(0, Session::memory)
     }
 
     pub(crate) fn stats(&self) -> PeerStats {

@@ -11,12 +11,17 @@
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
 
 use super::negotiate::Params;
-use crate::channel::{Admission, Budget, Channel, ChannelParams, ChannelReceiver, ChannelSender, QueueFull, Tier};
+use crate::channel::{
+    Admission, Budget, Channel, ChannelParams, ChannelReceiver, ChannelSender, ENTRY_OVERHEAD, ENTRY_SIZE,
+    MAX_DISPLACED, Marks, QueueFull, Tier,
+};
 use crate::config::PeerConfig;
 use crate::event::{Event, PeerId, SendError};
-use crate::transfer::{IdPolicy, OutMessage, Priority, Transfer, TransferConfig};
+use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, WINDOW_ACK_SPACING};
+use crate::transfer::{IdPolicy, MESSAGE_OVERHEAD, OutMessage, Priority, SPAN_COST, Transfer, TransferConfig};
 use crate::wire::{ConnectRequest, Data, DecodeError, Expand, Fragment, Key, MessageKind, SendMode};
 
 /// Counters of the data path beyond the transfer layer's.
@@ -91,6 +96,15 @@ impl Expand for InitialWindows {
     }
 }
 
+/// Which of a frame's messages [`Session::admit`] lets in.
+struct Admit {
+    /// All of them, and the frame is acknowledged. Otherwise only the progress messages
+    /// and fragments for room already reserved, and the sender resends the frame.
+    whole: bool,
+    /// The messages (indices in the frame) stored beyond the budget, for progress.
+    progress: SmallVec<[usize; 4]>,
+}
+
 /// The channels' receive window bases as they were before a datagram, so its messages can
 /// be expanded again while the channels change.
 struct Bases {
@@ -133,6 +147,36 @@ fn share(datagram: &Bytes, payload: &[u8]) -> Bytes {
     }
 }
 
+/// Most frames and message slots the in-flight record may span (see
+/// `TransferConfig::span_limit`). Every message held costs its channel at least a queue
+/// slot of its limit, so twice the messages the limits allow leaves room for done frames
+/// in between.
+fn span_limit(cfg: &PeerConfig) -> usize {
+    let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
+    (2 * queued / MESSAGE_OVERHEAD).clamp(64, FRAME_WINDOW as usize)
+}
+
+/// An upper bound on the heap a connected peer holds under `cfg`, whatever the remote
+/// does (see [`PeerConfig::memory_limit`], which documents the terms).
+pub(crate) fn memory_bound(cfg: &PeerConfig) -> usize {
+    let channels = cfg.channels.len();
+    let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
+    let packet = cfg.max_packet_size + cfg.mtu + ENTRY_OVERHEAD;
+    let reassembly = cfg.max_reassembly_bytes + channels * (3 * packet + cfg.mtu);
+    // Entries holding data are charged their slots (twice over) within `reassembly`;
+    // sentinel-only entries are not (at most N_Q / M per channel), nor the markers of
+    // displaced passive packets (at most MAX_DISPLACED).
+    let sentinels = channels * ((PACKET_WINDOW / WINDOW_ACK_SPACING) as usize + MAX_DISPLACED);
+    let receive = 2 * reassembly + 2 * sentinels * ENTRY_SIZE;
+    let send = 5 * queued + span_limit(cfg) * SPAN_COST;
+    let fixed = size_of::<Session>() + channels * (size_of::<Channel>() + 2 * size_of::<usize>()) + FIXED_SLACK;
+    receive + send + fixed
+}
+
+/// The small structures a session holds besides its queues: acknowledgement ranges, the
+/// ping ring, the queues' minimum capacities.
+const FIXED_SLACK: usize = 16 << 10;
+
 impl Session {
     /// A session between `local` (this side's request) and `remote` (the other's).
     /// `seed`: secret randomness for the frame ids the transfer layer skips.
@@ -148,6 +192,7 @@ impl Session {
         tc.initial_window = cfg.initial_window * params.mtu;
         tc.bandwidth = params.send_bandwidth;
         tc.ping_interval = cfg.ping_interval;
+        tc.span_limit = span_limit(cfg);
         let fragment = crate::wire::fragment_payload(params.mtu);
         let channels = cfg
             .channels
@@ -220,13 +265,24 @@ impl Session {
         if !self.transfer.frame_in_window(k) {
             return;
         }
-        if !self.admit(data, &bases) {
+        let admit = self.admit(data, &bases);
+        if admit.whole {
+            self.transfer.accept_frame(k);
+        } else {
             self.counters.frames_refused += 1;
-            return;
         }
-        self.transfer.accept_frame(k);
         let mut touched = [0u64; 4];
-        for m in data.messages(&bases) {
+        for (j, m) in data.messages(&bases).enumerate() {
+            let exempt = admit.progress.contains(&j);
+            // Of a frame refused, progress messages and fragments for room already
+            // reserved; never control messages, which the resent frame brings again.
+            if !admit.whole && !exempt {
+                let reserved = matches!(m.kind, MessageKind::Fragment(_))
+                    && self.channels.get(usize::from(m.channel)).is_some_and(|c| c.recv.memory_need(&m) == 0);
+                if !reserved {
+                    continue;
+                }
+            }
             let i = usize::from(m.channel);
             let Some(ch) = self.channels.get_mut(i) else {
                 self.counters.violations += 1;
@@ -238,7 +294,7 @@ impl Session {
                 }
                 continue;
             }
-            match ch.recv.on_message(&m, share(datagram, m.payload), &mut self.budget) {
+            match ch.recv.on_message(&m, share(datagram, m.payload), &mut self.budget, exempt) {
                 Ok(true) => {
                     if let Some(w) = touched.get_mut(i / 64) {
                         *w |= 1 << (i % 64);
@@ -261,33 +317,72 @@ impl Session {
         }
     }
 
-    /// Decides whether a frame may be stored: it may when it needs no new memory, carries
-    /// something a channel needs for progress, or fits the budget after evicting
-    /// unreliable data.
-    fn admit(&mut self, data: &Data<'_>, bases: &Bases) -> bool {
+    /// Decides which of a frame's messages may be stored.
+    ///
+    /// The whole frame when it fits the budget, after evicting unreliable data if need
+    /// be. Each channel may also exceed the budget by what it needs to make progress
+    /// ([`Admission::Progress`]), one message per channel per frame, so that the bound in
+    /// the channel docs holds however a frame is packed. When the rest does not fit, the
+    /// frame goes unacknowledged and only part of it is stored: those progress messages,
+    /// and fragments that fill room already reserved (see [`Session::process`]). The
+    /// sender resends the frame; its stored messages are then duplicates, and the
+    /// progress they made (a packet completed and delivered) frees the room the rest
+    /// needs. Storing nothing would deadlock: the fragment that completes the packet the
+    /// channel waits for can share a frame with packets that wait behind it.
+    fn admit(&mut self, data: &Data<'_>, bases: &Bases) -> Admit {
         let mut need = 0;
         for m in data.messages(bases) {
-            let Some(ch) = self.channels.get(usize::from(m.channel)) else { continue };
-            match ch.recv.admission(&m) {
+            if let Some(ch) = self.channels.get(usize::from(m.channel)) {
+                need += ch.recv.memory_need(&m);
+            }
+        }
+        // Nothing new to hold is always fine, even when progress has taken the budget
+        // over its cap.
+        if need == 0 || self.budget.shortfall(need) == 0 {
+            return Admit { whole: true, progress: SmallVec::new() };
+        }
+        let mut marks: SmallVec<[(u8, Marks); 4]> = SmallVec::new();
+        let mut granted = [0u64; 4];
+        let mut progress = SmallVec::new();
+        need = 0;
+        for (i, m) in data.messages(bases).enumerate() {
+            let c = m.channel;
+            let Some(ch) = self.channels.get(usize::from(c)) else { continue };
+            let mk = match marks.iter().find(|(k, _)| *k == c) {
+                Some(&(_, mk)) => mk,
+                None => {
+                    let mk = ch.recv.marks();
+                    marks.push((c, mk));
+                    mk
+                }
+            };
+            let (word, bit) = (usize::from(c / 64), 1u64 << (c % 64));
+            match ch.recv.admission(&m, &mk) {
                 Admission::Free => {}
-                Admission::Progress => return true,
+                Admission::Progress if granted.get(word).is_some_and(|w| w & bit == 0) => {
+                    if let Some(w) = granted.get_mut(word) {
+                        *w |= bit;
+                    }
+                    progress.push(i);
+                }
+                Admission::Progress => need += ch.recv.memory_need(&m),
                 Admission::Needs(n) => need += n,
             }
         }
+        let whole = |progress| Admit { whole: true, progress };
         if need == 0 {
-            // Nothing new to hold, even when progress has taken the budget over its cap.
-            return true;
+            return whole(progress);
         }
         for tier in Tier::ALL {
             for ch in &mut self.channels {
                 let short = self.budget.shortfall(need);
                 if short == 0 {
-                    return true;
+                    return whole(progress);
                 }
                 ch.recv.evict(tier, short, &mut self.budget);
             }
         }
-        self.budget.shortfall(need) == 0
+        Admit { whole: self.budget.shortfall(need) == 0, progress }
     }
 
     /// Runs timers and writes every datagram the windows allow now.
@@ -335,12 +430,40 @@ impl Session {
         self.transfer.next_timeout()
     }
 
+    /// Bytes this connection holds: its structures, queued and in-flight payloads, and
+    /// reassembly memory.
+    pub(crate) fn memory(&self) -> usize {
+        size_of::<Self>()
+            + self.transfer.memory()
+            + self.channels.capacity() * size_of::<Channel>()
+            + self.channels.iter().map(|c| c.send.memory() + c.recv.memory()).sum::<usize>()
+            + (self.priorities.capacity() + self.caps.capacity()) * size_of::<usize>()
+            + self.budget.used()
+    }
+
     pub(crate) fn reassembly_bytes(&self) -> usize {
         self.budget.used()
     }
 
     pub(crate) fn queued_bytes(&self) -> usize {
         self.channels.iter().map(|c| c.held(&self.transfer)).sum()
+    }
+}
+
+/// What a peer that knows the keys could compute; fuzzing forges datagrams with it to
+/// reach the code behind the check.
+#[cfg(feature = "arbitrary")]
+impl Session {
+    /// The references this side expands ids around: one past the newest frame received,
+    /// the next frame id it sends, and each channel's next expected packet id.
+    pub(crate) fn id_references(&self) -> (u32, u32, Vec<u32>) {
+        let (recv, send) = self.transfer.id_references();
+        (recv, send, self.channels.iter().map(|c| c.recv.window_base()).collect())
+    }
+
+    /// The check this side accepts on `body`, a data datagram without its check.
+    pub(crate) fn seal(&self, body: &[u8]) -> Result<u32, DecodeError> {
+        Data::seal(body, self.recv_key, &Windows { transfer: &self.transfer, channels: &self.channels })
     }
 }
 

@@ -44,8 +44,13 @@ impl Receiver {
         Self { i_b: first_id, window, ranges: VecDeque::new(), fresh: false }
     }
 
+    /// Bytes of the acknowledgement ranges' storage.
+    pub(crate) fn memory(&self) -> usize {
+        self.ranges.capacity() * size_of::<Pending>()
+    }
+
     /// One past the newest frame received.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "arbitrary"))]
     pub(crate) fn base(&self) -> u32 {
         self.i_b
     }

@@ -58,6 +58,11 @@ struct Sent {
     at: Instant,
 }
 
+/// Heap bytes the record needs per unit of [`InFlight::span`] at most: a frame, a message
+/// slot and two log entries, each in a queue that may be up to twice as long as its
+/// contents.
+pub(crate) const SPAN_COST: usize = 2 * (size_of::<Frame>() + size_of::<Option<OutMessage>>() + 2 * size_of::<Sent>());
+
 /// What became of an acknowledged or dropped frame, for the caller's accounting.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -104,6 +109,13 @@ impl InFlight {
         }
     }
 
+    /// Bytes of the transfer queue's own storage (payloads are counted by their channels).
+    pub(crate) fn memory(&self) -> usize {
+        self.frames.capacity() * size_of::<Frame>()
+            + self.store.capacity() * size_of::<Option<OutMessage>>()
+            + self.sent.capacity() * size_of::<Sent>()
+    }
+
     /// `k_b`: the oldest frame not done, or the next id when none is outstanding.
     pub(crate) fn base(&self) -> u32 {
         self.k_b
@@ -124,6 +136,12 @@ impl InFlight {
     }
 
     /// Whether a new frame would still fall inside the transfer window of `window` frames.
+    /// Frames or message slots held from the oldest outstanding frame, whichever is more
+    /// (the transmission log is kept below twice the frames).
+    pub(crate) fn span(&self) -> usize {
+        self.frames.len().max(self.store.len())
+    }
+
     pub(crate) fn window_open(&self, window: u32) -> bool {
         SeqSpace::FRAME.distance(self.k_b, self.next) < window
     }
@@ -198,6 +216,15 @@ impl InFlight {
         let serial = self.next_serial;
         self.next_serial += 1;
         self.sent.push_back(Sent { serial, id, at });
+        // Superseded transmissions leave the log only from its front; behind a live one
+        // they pile up (a frame resent again and again). Past twice the frames, sweep.
+        if self.sent.len() > 2 * self.frames.len() + 64 {
+            let (k_b, frames) = (self.k_b, &self.frames);
+            self.sent.retain(|s| {
+                let i = SeqSpace::FRAME.distance(k_b, s.id) as usize;
+                frames.get(i).is_some_and(|f| f.serial == s.serial && f.state == State::InFlight)
+            });
+        }
         serial
     }
 

@@ -28,6 +28,7 @@ mod ping;
 mod queues;
 mod rtt;
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -38,11 +39,12 @@ use crate::seq::SeqSpace;
 use crate::wire::{AckRange, CHECK_LEN, Data, DataHeader, DataWriter, FRAME_OVERHEAD_MAX, Key, RunContext};
 use acks::{MAX_RANGES, Receiver};
 use congestion::{Aimd, Controller, Path};
+pub(crate) use inflight::SPAN_COST;
 use inflight::{InFlight, Outcome};
 use ping::Ping;
-pub(crate) use queues::OutMessage;
 pub use queues::Priority;
 use queues::SendQueues;
+pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage};
 use rtt::{INITIAL_RTT, Rtt};
 
 /// Bytes of a frame besides its messages, as counted in the flight size: type byte, the
@@ -77,6 +79,11 @@ pub(crate) struct TransferConfig {
     pub(crate) channels: usize,
     /// Seed of the generator that picks frame ids to skip; 0 never skips.
     pub(crate) skip_seed: u64,
+    /// Most frames, and most message slots, the in-flight record may span from its oldest
+    /// outstanding frame. Done frames behind an outstanding one keep their place until it
+    /// is acknowledged, so without this a peer that never acknowledges one frame (or a
+    /// link that keeps losing it) would make the record grow with everything sent after.
+    pub(crate) span_limit: usize,
 }
 
 impl TransferConfig {
@@ -90,6 +97,7 @@ impl TransferConfig {
             sentinel_spacing: crate::seq::SENTINEL_SPACING,
             channels,
             skip_seed: 0,
+            span_limit: crate::seq::FRAME_WINDOW as usize,
         }
     }
 }
@@ -149,7 +157,15 @@ pub(crate) struct Transfer {
     stats: TransferStats,
     /// Xorshift state choosing the ids to skip (0: never).
     skip: u64,
+    /// The latest ids skipped, newest last. The in-flight record forgets a skipped id
+    /// once it reaches the front, but a liar may acknowledge it later still.
+    skipped: VecDeque<u32>,
 }
+
+/// How many skipped ids [`Transfer`] remembers: at one skip in 128 frames, the last
+/// ~4,000 frames, far more than any acknowledgement range spans and far less than the
+/// 2^32 ids after which an id is honestly reused.
+const SKIPS_REMEMBERED: usize = 32;
 
 /// A datagram the flush decided to send.
 enum Plan {
@@ -176,6 +192,7 @@ impl Transfer {
             queued: vec![0; cfg.channels],
             stats: TransferStats::default(),
             skip: cfg.skip_seed,
+            skipped: VecDeque::new(),
             cfg,
         }
     }
@@ -214,6 +231,22 @@ impl Transfer {
         self.queues.is_empty() && self.inflight.outstanding() == 0
     }
 
+    /// The references truncated frame ids expand around: one past the newest frame
+    /// received, and the next frame id to send (fuzzing forges datagrams with them).
+    #[cfg(feature = "arbitrary")]
+    pub(crate) fn id_references(&self) -> (u32, u32) {
+        (self.receiver.base(), self.inflight.next_id())
+    }
+
+    /// Bytes this layer holds: its structures, and the payloads queued or in flight.
+    pub(crate) fn memory(&self) -> usize {
+        self.queues.memory()
+            + self.inflight.memory()
+            + self.receiver.memory()
+            + self.queued.capacity() * size_of::<usize>()
+            + self.queued.iter().sum::<usize>()
+    }
+
     /// Number of messages waiting in the send queues.
     #[cfg(test)]
     pub(crate) fn queued_messages(&self) -> usize {
@@ -240,6 +273,7 @@ impl Transfer {
     fn can_open_frame(&self) -> bool {
         !self.queues.is_empty()
             && self.inflight.window_open(self.cfg.frame_window)
+            && self.inflight.span() < self.cfg.span_limit
             && self.cc.window() > self.inflight.flight() + FRAME_BASE
     }
 
@@ -400,6 +434,10 @@ impl Transfer {
         if self.skip.is_multiple_of(128) && room && !SeqSpace::FRAME.is_spaced(id, self.cfg.sentinel_spacing) {
             self.inflight.skip(now, at);
             self.stats.frames_skipped += 1;
+            if self.skipped.len() == SKIPS_REMEMBERED {
+                self.skipped.pop_front();
+            }
+            self.skipped.push_back(id);
         }
     }
 
@@ -454,21 +492,22 @@ impl Transfer {
             // Part of the range names frames never sent.
             self.stats.acks_for_unsent += 1;
         }
+        let span = u64::from(s.distance(range.first, range.last)) + 1;
+        if self.skipped.iter().any(|&k| s.in_range(k, range.first, span)) {
+            self.stats.dishonest_acks += 1;
+        }
         let hi = hi.min(outstanding - 1);
         let path = self.path();
         for i in lo..=hi {
             let id = s.add(base, i as u32);
             let queued = &mut self.queued;
-            match self.inflight.ack(id, |m| release(queued, m)) {
-                Some(Outcome::Acked { size, sent_once }) => {
-                    self.cc.on_ack(now, size, path);
-                    self.stats.frames_acked += 1;
-                    if let Some(s) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
-                        *newest = Some(s);
-                    }
+            // A skipped id in range was counted above.
+            if let Some(Outcome::Acked { size, sent_once }) = self.inflight.ack(id, |m| release(queued, m)) {
+                self.cc.on_ack(now, size, path);
+                self.stats.frames_acked += 1;
+                if let Some(s) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
+                    *newest = Some(s);
                 }
-                Some(Outcome::Skipped) => self.stats.dishonest_acks += 1,
-                _ => {}
             }
         }
     }

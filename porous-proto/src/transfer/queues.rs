@@ -53,11 +53,22 @@ impl OutMessage {
         self.kind.is_reliable()
     }
 
-    /// Bytes this message holds against its channel's queue limit.
+    /// Bytes this message holds against its channel's queue limit: its payload and its
+    /// place in a queue, so that even empty packets are bounded. Sentinels and window
+    /// acknowledgements are the protocol's own (at most one per [`WINDOW_ACK_SPACING`]
+    /// packets) and cost nothing.
+    ///
+    /// [`WINDOW_ACK_SPACING`]: crate::seq::WINDOW_ACK_SPACING
     pub(crate) fn cost(&self) -> usize {
-        self.payload.len()
+        match self.kind {
+            MessageKind::Fragment(_) => self.payload.len() + MESSAGE_OVERHEAD,
+            MessageKind::Sentinel | MessageKind::WindowAck => 0,
+        }
     }
 }
+
+/// What a queued message costs besides its payload (see [`OutMessage::cost`]).
+pub(crate) const MESSAGE_OVERHEAD: usize = size_of::<Option<OutMessage>>();
 
 /// The high and low priority send queues.
 #[derive(Debug, Default)]
@@ -78,6 +89,11 @@ impl SendQueues {
     pub(crate) fn push(&mut self, priority: Priority, m: OutMessage) {
         self.queue(priority).push_back(Some(m));
         self.live += 1;
+    }
+
+    /// Bytes of the queues' own storage (payloads are counted by their channels).
+    pub(crate) fn memory(&self) -> usize {
+        (self.high.capacity() + self.low.capacity()) * size_of::<Option<OutMessage>>()
     }
 
     /// Number of messages waiting.
@@ -204,7 +220,7 @@ pub(crate) mod tests {
         );
         let mut seen = Vec::new();
         let freed = q.drop_unreliable(3, 1, |m| seen.push((m.id, m.fragment.index)));
-        assert_eq!(freed, 20);
+        assert_eq!(freed, 2 * (10 + MESSAGE_OVERHEAD));
         assert_eq!(seen, [(5, 0), (5, 1)]);
         assert_eq!(q.len(), 4);
         let rest: Vec<_> = std::iter::from_fn(|| q.front().map(|(p, _)| p).and_then(|p| q.pop(p)))

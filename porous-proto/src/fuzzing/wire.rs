@@ -1,8 +1,5 @@
-//! Bodies of the fuzz targets, shared by `fuzz/` (cargo-fuzz) and by seeded replay tests
-//! under `cargo test`, so both exercise exactly the same code.
-//!
-//! Not part of the public API; compiled with the `arbitrary` feature and in tests.
-#![allow(missing_docs, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+//! The wire targets: `decode_frame` (arbitrary bytes against the decoders) and
+//! `roundtrip` (arbitrary valid datagrams through encoder and decoder).
 
 use arbitrary::{Arbitrary, Unstructured};
 
@@ -102,7 +99,7 @@ fn reencode_data(d: &Data<'_>, key: Key, refs: &Refs) {
 }
 
 /// The fewest bytes of `id` that expand back to it at reference `r`.
-fn frame_bytes(id: u32, r: u32) -> u32 {
+pub(super) fn frame_bytes(id: u32, r: u32) -> u32 {
     let off = SeqSpace::FRAME.offset(id, r).unsigned_abs();
     (1..=3).find(|&b| off < (1u64 << (8 * b - 1))).unwrap_or(4)
 }
@@ -111,7 +108,7 @@ fn short_ok(id: u32, refs: &Refs) -> bool {
     SeqSpace::PACKET.offset(id, refs.packet).unsigned_abs() < (1 << 15)
 }
 
-fn encode_data(header: &DataHeader<'_>, msgs: &[Message<'_>], key: Key, refs: &Refs) -> Vec<u8> {
+pub(super) fn encode_data(header: &DataHeader<'_>, msgs: &[Message<'_>], key: Key, refs: &Refs) -> Vec<u8> {
     let mut out = Vec::new();
     let mut w = DataWriter::new(&mut out, key, header);
     for (i, m) in msgs.iter().enumerate() {
@@ -146,7 +143,7 @@ pub struct OwnedMessage {
 }
 
 impl OwnedMessage {
-    fn as_message(&self) -> Message<'_> {
+    pub(super) fn as_message(&self) -> Message<'_> {
         Message {
             kind: self.kind,
             channel: self.channel,
@@ -158,7 +155,7 @@ impl OwnedMessage {
     }
 }
 
-fn arbitrary_request(u: &mut Unstructured<'_>) -> arbitrary::Result<ConnectRequest> {
+pub(super) fn arbitrary_request(u: &mut Unstructured<'_>) -> arbitrary::Result<ConnectRequest> {
     Ok(ConnectRequest {
         nonce: u.arbitrary()?,
         frame_base: u.arbitrary()?,
@@ -327,25 +324,8 @@ pub fn roundtrip(data: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Stream;
     use super::*;
-
-    /// A fixed, seedable byte stream (splitmix64).
-    struct Stream(u64);
-
-    impl Stream {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-
-        fn fill(&mut self, buf: &mut Vec<u8>, len: usize) {
-            buf.clear();
-            buf.extend((0..len).map(|_| self.next() as u8));
-        }
-    }
 
     /// Replays each target over seeded pseudo-random inputs, so `cargo test` on stable
     /// covers the fuzz targets too.

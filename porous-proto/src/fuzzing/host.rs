@@ -1,0 +1,736 @@
+//! The `host` target: two real hosts, a client and a server, joined by a network the
+//! input controls, with strangers and a forger on the side.
+//!
+//! The input is a script of steps: the clock; deliveries, losses, duplicates, reorderings,
+//! replays and corruptions of the datagrams in flight; datagrams from strangers (raw
+//! bytes, connect requests, answers to the server's replies); data datagrams forged by an
+//! attacker who knows the connection's keys (the strongest attacker there is: an on-path
+//! observer, or a hostile peer); and API calls on both hosts. After every step the target
+//! checks what must always hold:
+//!
+//! - nothing panics;
+//! - peers, pending handshakes, reassembly memory, queued bytes and the memory a host
+//!   reports stay within what the configuration allows;
+//! - no datagram to an address without a connection is larger than a connect request
+//!   (no amplification);
+//! - while no forged datagram has reached a host, what it delivers keeps the guarantees:
+//!   per channel, nothing duplicated or reordered, reliable packets exactly once and in
+//!   order;
+//! - at the end, with the network healed and no forger involved, every reliable packet
+//!   sent on a live connection arrives: nothing stalls forever.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use arbitrary::{Arbitrary, Unstructured};
+use bytes::{Bytes, BytesMut};
+use rand_pcg::Pcg32;
+
+use super::wire::arbitrary_request;
+use crate::channel::ENTRY_OVERHEAD;
+use crate::config::{ChannelConfig, HostConfig, SequenceStart};
+use crate::event::{Event, PeerId};
+use crate::host::Host;
+use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, SeqSpace};
+use crate::stats::PeerState;
+use crate::wire::{
+    self, AckRange, CHECK_LEN, ConnectRequest, Control, DataHeader, DataWriter, Fragment, Key, MAX_ACK_RANGES,
+    MAX_FRAGMENTS, Message, MessageKind, SendMode,
+};
+
+const CLIENT: SocketAddr = addr(1, 5000);
+const SERVER: SocketAddr = addr(2, 6000);
+const STRANGERS: u8 = 8;
+const CHANNELS: usize = 3;
+/// Steps per script: enough to fill every cap, few enough for thousands of runs a second.
+const MAX_STEPS: usize = 400;
+/// Datagrams in flight per direction; the oldest are lost beyond it.
+const MAX_IN_FLIGHT: usize = 256;
+/// Simulated time the healed network gets to deliver everything at the end.
+const HEAL_FOR: Duration = Duration::from_secs(60);
+
+const fn addr(host: u8, port: u16) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, host), port))
+}
+
+fn stranger_addr(i: u8) -> SocketAddr {
+    addr(100 + i % STRANGERS, 7000)
+}
+
+/// One of the two hosts.
+#[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+impl Side {
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn addr(self) -> SocketAddr {
+        match self {
+            Self::Client => CLIENT,
+            Self::Server => SERVER,
+        }
+    }
+
+    fn other(self) -> Self {
+        match self {
+            Self::Client => Self::Server,
+            Self::Server => Self::Client,
+        }
+    }
+}
+
+/// A step of the script. Network steps name the side the datagram travels to.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Advance the clock by this many milliseconds.
+    Advance(u8),
+    /// Advance the clock by this many tenths of a second (timeouts live here).
+    Wait(u8),
+    Deliver(Side),
+    DeliverAll,
+    Drop(Side),
+    Duplicate(Side),
+    Reorder(Side),
+    /// Flip bits of the next datagram and deliver it; `reseal` recomputes its check as the
+    /// forger would.
+    Corrupt {
+        to: Side,
+        at: u16,
+        xor: u8,
+        reseal: bool,
+    },
+    /// Deliver again the datagram delivered last.
+    Replay(Side),
+    /// Arbitrary bytes, from the other host's address or from a stranger.
+    Raw {
+        to: Side,
+        stranger: Option<u8>,
+        bytes: Vec<u8>,
+    },
+    /// A data datagram forged with the connection's keys, from the other host's address.
+    Forge {
+        to: Side,
+        datagram: Forged,
+    },
+    /// A connect request from a stranger.
+    Request {
+        stranger: u8,
+        request: Request,
+    },
+    /// A stranger answers the server's last reply to it (acknowledging, or repeating its
+    /// request with the cookie it was challenged with).
+    Answer {
+        stranger: u8,
+    },
+    Send {
+        from: Side,
+        channel: u8,
+        len: u16,
+        mode: SendMode,
+    },
+    Connect(Side),
+    Disconnect {
+        side: Side,
+        now: bool,
+    },
+}
+
+impl<'a> Arbitrary<'a> for Step {
+    /// Weighted towards what makes progress (sending and delivering), so that both a
+    /// fuzzer and a replay of random bytes reach deep states quickly.
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u.int_in_range(0u8..=99)? {
+            0..=29 => {
+                let from = u.arbitrary()?;
+                // One channel past the last, to exercise the error.
+                let channel = u.int_in_range(0..=CHANNELS as u8)?;
+                let len = if u.arbitrary()? { u.int_in_range(0..=200)? } else { u.int_in_range(0..=14_000)? };
+                Self::Send { from, channel, len, mode: u.arbitrary()? }
+            }
+            30..=44 => Self::Deliver(u.arbitrary()?),
+            45..=54 => Self::DeliverAll,
+            55..=62 => Self::Advance(u.arbitrary()?),
+            63..=65 => Self::Wait(u.arbitrary()?),
+            66..=69 => Self::Drop(u.arbitrary()?),
+            70..=72 => Self::Duplicate(u.arbitrary()?),
+            73..=75 => Self::Reorder(u.arbitrary()?),
+            76..=78 => {
+                Self::Corrupt { to: u.arbitrary()?, at: u.arbitrary()?, xor: u.arbitrary()?, reseal: u.arbitrary()? }
+            }
+            79..=80 => Self::Replay(u.arbitrary()?),
+            81..=83 => Self::Raw { to: u.arbitrary()?, stranger: u.arbitrary()?, bytes: u.arbitrary()? },
+            84..=89 => Self::Forge { to: u.arbitrary()?, datagram: u.arbitrary()? },
+            90..=93 => Self::Request { stranger: u.arbitrary()?, request: u.arbitrary()? },
+            94..=96 => Self::Answer { stranger: u.arbitrary()? },
+            97 => Self::Connect(u.arbitrary()?),
+            _ => Self::Disconnect { side: u.arbitrary()?, now: u.arbitrary()? },
+        })
+    }
+}
+
+/// A connect request with arbitrary fields (see `arbitrary_request`).
+#[derive(Clone, Debug)]
+pub struct Request(ConnectRequest);
+
+impl<'a> Arbitrary<'a> for Request {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        arbitrary_request(u).map(Self)
+    }
+}
+
+/// A data datagram, its ids relative to what the receiver expects so that they land in
+/// (or near) its windows.
+#[derive(Arbitrary, Clone, Debug)]
+pub struct Forged {
+    frame: Option<i16>,
+    ping: Option<u8>,
+    ping_ack: Option<u8>,
+    /// How far back from the newest frame the receiver sent the acknowledgements start,
+    /// then (gap, length) of each range.
+    acks: Option<(u16, Vec<(u8, u8)>)>,
+    messages: Vec<ForgedMessage>,
+}
+
+#[derive(Arbitrary, Clone, Debug)]
+pub struct ForgedMessage {
+    kind: MessageKind,
+    channel: u8,
+    offset: i16,
+    dependency: u16,
+    /// (count, index) of a fragment; a whole packet otherwise.
+    fragment: Option<(u16, u16)>,
+    len: u16,
+}
+
+/// A whole input: the configuration's free choices, then the steps.
+#[derive(Debug)]
+pub struct HostScript {
+    near_wrap: bool,
+    small_mtu: bool,
+    challenge_above: u8,
+    steps: Vec<Step>,
+}
+
+impl<'a> Arbitrary<'a> for HostScript {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let near_wrap = u.arbitrary()?;
+        let small_mtu = u.arbitrary()?;
+        let challenge_above = u.int_in_range(0..=3)?;
+        let mut steps = Vec::new();
+        while !u.is_empty() && steps.len() < MAX_STEPS {
+            steps.push(u.arbitrary()?);
+        }
+        Ok(Self { near_wrap, small_mtu, challenge_above, steps })
+    }
+}
+
+/// Small caps, so a script reaches every one; short timers, so it reaches them too.
+fn config(script: &HostScript) -> HostConfig {
+    let mut c = HostConfig {
+        max_peers: 6,
+        max_pending: 3,
+        challenge_above: usize::from(script.challenge_above),
+        ..HostConfig::default()
+    };
+    c.peer.channels = vec![ChannelConfig { max_queued_bytes: 24 * 1024, ..ChannelConfig::default() }; CHANNELS];
+    c.peer.mtu = if script.small_mtu { 300 } else { 1200 };
+    c.peer.max_packet_size = 12 * 1024;
+    c.peer.max_reassembly_bytes = 16 * 1024;
+    c.peer.timeout = Duration::from_secs(3);
+    c.peer.connect_timeout = Duration::from_secs(2);
+    c.peer.disconnect_timeout = Duration::from_secs(1);
+    c.peer.linger = Duration::from_secs(1);
+    c.peer.ping_interval = Duration::from_millis(250);
+    c.peer.connect_retry = Duration::from_millis(100);
+    if script.near_wrap {
+        c.sequence_start = SequenceStart::Fixed { frame: u32::MAX - 40, packet: SeqSpace::PACKET.sub(0, 30) };
+    }
+    c
+}
+
+/// What the configuration allows one peer to hold.
+struct Caps {
+    max_peers: usize,
+    max_pending: usize,
+    reassembly: usize,
+    queued: usize,
+    peer_memory: usize,
+}
+
+impl Caps {
+    fn of(c: &HostConfig) -> Self {
+        let p = &c.peer;
+        let fragment = wire::fragment_payload(p.mtu);
+        let packet = p.max_packet_size.div_ceil(fragment) * fragment + ENTRY_OVERHEAD;
+        let channels = p.channels.len();
+        // The channel docs' bound: the cap, plus per channel three packets and a datagram.
+        let reassembly = p.max_reassembly_bytes + channels * (3 * packet + p.mtu);
+        let queued = p.channels.iter().map(|c| c.max_queued_bytes).sum();
+        Self { max_peers: c.max_peers, max_pending: c.max_pending, reassembly, queued, peer_memory: p.memory_limit() }
+    }
+}
+
+/// A stranger's view of its handshake with the server.
+#[derive(Clone, Copy, Debug, Default)]
+struct Stranger {
+    request: Option<ConnectRequest>,
+    reply: Option<Control>,
+}
+
+/// What one side has sent on one connection, for checking what the other delivers.
+#[derive(Debug, Default)]
+struct Book {
+    next: [u32; CHANNELS],
+    delivered: [Option<u32>; CHANNELS],
+    reliable: [VecDeque<u32>; CHANNELS],
+}
+
+/// The packets a side sends name themselves: sender side, connection number, channel,
+/// sequence number, mode. Then filler up to the length asked for.
+const HEADER: usize = 11;
+
+fn mode_byte(m: SendMode) -> u8 {
+    match m {
+        SendMode::Reliable => 0,
+        SendMode::Unreliable => 1,
+        SendMode::Passive => 2,
+    }
+}
+
+struct World {
+    now: Instant,
+    hosts: [Host; 2],
+    caps: Caps,
+    in_flight: [VecDeque<(SocketAddr, Vec<u8>)>; 2],
+    last: [Option<(SocketAddr, Vec<u8>)>; 2],
+    strangers: [Stranger; STRANGERS as usize],
+    /// Per sending side: the connection number, and the peer id it was for.
+    connection: [(u32, Option<PeerId>); 2],
+    /// Per sending side and connection number.
+    books: [BTreeMap<u32, Book>; 2],
+    /// Whether a forged datagram has reached the side.
+    tainted: [bool; 2],
+}
+
+/// Runs a script; returns how many packets were delivered and checked, so replays can
+/// tell they reach past the handshake.
+pub fn host(data: &[u8]) -> usize {
+    let mut u = Unstructured::new(data);
+    let Ok(script) = HostScript::arbitrary(&mut u) else { return 0 };
+    run(&script)
+}
+
+fn run(script: &HostScript) -> usize {
+    let cfg = config(script);
+    let make = |seed| Host::new(cfg.clone(), Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)).expect("a valid config");
+    let t0 = Instant::now();
+    let mut w = World {
+        now: t0,
+        hosts: [make(1), make(2)],
+        caps: Caps::of(&cfg),
+        in_flight: Default::default(),
+        last: Default::default(),
+        strangers: Default::default(),
+        connection: Default::default(),
+        books: Default::default(),
+        tainted: [false; 2],
+    };
+    // Start connected, so that even short scripts reach the data paths.
+    let _ = w.hosts[Side::Client.index()].connect(t0, SERVER);
+    let mut checked = 0;
+    for _ in 0..20 {
+        checked += w.settle();
+        w.deliver_all();
+    }
+    for step in &script.steps {
+        w.step(step);
+        checked += w.settle();
+    }
+    checked + w.heal()
+}
+
+impl World {
+    fn host(&mut self, side: Side) -> &mut Host {
+        &mut self.hosts[side.index()]
+    }
+
+    fn step(&mut self, step: &Step) {
+        match step {
+            Step::Advance(ms) => self.now += Duration::from_millis(u64::from(*ms)),
+            Step::Wait(tenths) => self.now += Duration::from_millis(100 * u64::from(*tenths)),
+            Step::Deliver(to) => self.deliver(*to),
+            Step::DeliverAll => self.deliver_all(),
+            Step::Drop(to) => drop(self.in_flight[to.index()].pop_front()),
+            Step::Duplicate(to) => {
+                if let Some(d) = self.in_flight[to.index()].front().cloned() {
+                    self.in_flight[to.index()].push_back(d);
+                }
+            }
+            Step::Reorder(to) => {
+                let q = &mut self.in_flight[to.index()];
+                if let Some(d) = q.pop_front() {
+                    q.push_back(d);
+                }
+            }
+            Step::Corrupt { to, at, xor, reseal } => self.corrupt(*to, usize::from(*at), *xor, *reseal),
+            Step::Replay(to) => {
+                if let Some((from, d)) = self.last[to.index()].clone() {
+                    let now = self.now;
+                    self.host(*to).handle_datagram(now, from, &d);
+                }
+            }
+            Step::Raw { to, stranger, bytes } => {
+                let from = stranger.map_or(to.other().addr(), stranger_addr);
+                let now = self.now;
+                self.host(*to).handle_datagram(now, from, bytes.get(..1500).unwrap_or(bytes));
+            }
+            Step::Forge { to, datagram } => self.forge(*to, datagram),
+            Step::Request { stranger, request } => {
+                let i = stranger % STRANGERS;
+                let mut req = request.0;
+                req.cookie = None;
+                self.strangers[usize::from(i)] = Stranger { request: Some(req), reply: None };
+                self.stranger_sends(i, &Control::Request(req), Key::version());
+            }
+            Step::Answer { stranger } => self.answer(stranger % STRANGERS),
+            Step::Send { from, channel, len, mode } => {
+                self.send(*from, usize::from(*channel), usize::from(*len), *mode);
+            }
+            Step::Connect(side) => {
+                let now = self.now;
+                let _ = self.host(*side).connect(now, side.other().addr());
+            }
+            Step::Disconnect { side, now: at_once } => {
+                let Some(peer) = self.host(*side).peer_by_addr(side.other().addr()) else { return };
+                if *at_once {
+                    self.host(*side).disconnect_now(peer);
+                } else {
+                    self.host(*side).disconnect(peer);
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, to: Side) {
+        if let Some((from, d)) = self.in_flight[to.index()].pop_front() {
+            let now = self.now;
+            self.host(to).handle_datagram(now, from, &d);
+            self.last[to.index()] = Some((from, d));
+        }
+    }
+
+    fn deliver_all(&mut self) {
+        for side in [Side::Client, Side::Server] {
+            while !self.in_flight[side.index()].is_empty() {
+                self.deliver(side);
+            }
+        }
+    }
+
+    fn corrupt(&mut self, to: Side, at: usize, xor: u8, reseal: bool) {
+        let Some((from, mut d)) = self.in_flight[to.index()].pop_front() else { return };
+        if d.is_empty() {
+            return;
+        }
+        let at = at % d.len();
+        d[at] ^= xor.max(1);
+        if reseal && d.len() > CHECK_LEN {
+            let mut body = d[..d.len() - CHECK_LEN].to_vec();
+            if self.hosts[to.index()].seal_from(from, &mut body) {
+                self.tainted[to.index()] = true;
+                d = body;
+            }
+        }
+        let now = self.now;
+        self.host(to).handle_datagram(now, from, &d);
+    }
+
+    fn forge(&mut self, to: Side, f: &Forged) {
+        let from = to.other().addr();
+        let Some((recv, send, bases)) = self.hosts[to.index()].id_references(from) else { return };
+        let s = SeqSpace::FRAME;
+        let mut acks = Vec::new();
+        if let Some((back, ranges)) = &f.acks {
+            let mut next = s.sub(send, 1 + u32::from(*back));
+            let mut span = 0;
+            for (i, &(gap, len)) in ranges.iter().take(MAX_ACK_RANGES).enumerate() {
+                let gap = if i == 0 { 0 } else { 1 + u32::from(gap) };
+                let len = 1 + u32::from(len);
+                if span + gap + len > FRAME_WINDOW {
+                    break;
+                }
+                span += gap + len;
+                let last = s.sub(next, gap);
+                let first = s.sub(last, len - 1);
+                acks.push(AckRange { first, last });
+                next = s.sub(first, 1);
+            }
+        }
+        let frame = f.frame.map(|off| (s.add(recv, off as i32 as u32), 4));
+        if frame.is_none() && f.ping.is_none() && f.ping_ack.is_none() && acks.is_empty() {
+            return;
+        }
+        let header = DataHeader { frame, ping: f.ping, ping_ack: f.ping_ack, acks: &acks };
+        let filler = [0x5Au8; 1400];
+        let messages: Vec<Message<'_>> = if frame.is_some() {
+            f.messages.iter().take(12).map(|m| forged_message(m, &bases, &filler)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut out = BytesMut::new();
+        let mut writer = DataWriter::new(&mut out, Key::version(), &header);
+        for (i, m) in messages.iter().enumerate() {
+            writer.message(m, false, i + 1 == messages.len());
+        }
+        let len = writer.finish();
+        let mut body = out.get(..len.saturating_sub(CHECK_LEN)).unwrap_or_default().to_vec();
+        if self.hosts[to.index()].seal_from(from, &mut body) {
+            self.tainted[to.index()] = true;
+            let now = self.now;
+            self.host(to).handle_datagram(now, from, &body);
+        }
+    }
+
+    fn stranger_sends(&mut self, i: u8, c: &Control, key: Key) {
+        let mut out = Vec::new();
+        c.encode(key, &mut out);
+        let now = self.now;
+        self.host(Side::Server).handle_datagram(now, stranger_addr(i), &out);
+    }
+
+    fn answer(&mut self, i: u8) {
+        let st = self.strangers[usize::from(i)];
+        match (st.request, st.reply) {
+            (Some(_), Some(Control::RequestAck(server))) => {
+                self.stranger_sends(i, &Control::Ack, Key::reply(server.nonce));
+            }
+            (Some(mut req), Some(Control::Challenge(cookie))) => {
+                req.cookie = Some(cookie);
+                self.stranger_sends(i, &Control::Request(req), Key::version());
+            }
+            _ => {}
+        }
+    }
+
+    fn send(&mut self, from: Side, channel: usize, len: usize, mode: SendMode) {
+        let Some(peer) = self.host(from).peer_by_addr(from.other().addr()) else { return };
+        let (number, known) = &mut self.connection[from.index()];
+        if *known != Some(peer) {
+            *number += 1;
+            *known = Some(peer);
+        }
+        let number = *number;
+        let book = self.books[from.index()].entry(number).or_default();
+        let seq = book.next.get(channel).copied().unwrap_or(0);
+        let mut data = Vec::with_capacity(len.max(HEADER));
+        data.push(from as u8);
+        data.extend_from_slice(&number.to_le_bytes());
+        data.push(channel as u8);
+        data.extend_from_slice(&seq.to_le_bytes());
+        data.push(mode_byte(mode));
+        data.resize(len.max(HEADER), seq as u8);
+        if self.hosts[from.index()].send(peer, channel, Bytes::from(data), mode).is_ok() {
+            let book = self.books[from.index()].entry(number).or_default();
+            book.next[channel] += 1;
+            if mode == SendMode::Reliable {
+                book.reliable[channel].push_back(seq);
+            }
+        }
+    }
+
+    /// Steps both hosts, moves their datagrams into the network, checks their events and
+    /// the caps. Returns the packets checked.
+    fn settle(&mut self) -> usize {
+        let mut checked = 0;
+        for side in [Side::Client, Side::Server] {
+            let now = self.now;
+            self.host(side).step(now);
+            while let Some(t) = self.host(side).poll_transmit() {
+                self.route(side, t.remote, t.payload.to_vec());
+            }
+            while let Some(e) = self.host(side).poll_event() {
+                checked += self.on_event(side, e);
+            }
+            self.check_caps(side);
+        }
+        checked
+    }
+
+    fn route(&mut self, from: Side, to: SocketAddr, payload: Vec<u8>) {
+        let connected = |h: &Host| {
+            h.peer_by_addr(to).and_then(|p| h.peer_stats(p)).is_some_and(|s| s.state == PeerState::Connected)
+        };
+        if to == from.other().addr() {
+            let q = &mut self.in_flight[from.other().index()];
+            if q.len() == MAX_IN_FLIGHT {
+                q.pop_front();
+            }
+            q.push_back((from.addr(), payload));
+            return;
+        }
+        if !connected(&self.hosts[from.index()]) {
+            assert!(
+                payload.len() <= wire::REQUEST_SIZE,
+                "{} byte datagram to {to}, which has no connection",
+                payload.len()
+            );
+        }
+        if let Some(i) = (0..STRANGERS).find(|&i| stranger_addr(i) == to) {
+            let st = &mut self.strangers[usize::from(i)];
+            if let Some(req) = st.request
+                && let Ok(c) = Control::decode(&payload, Key::reply(req.nonce))
+            {
+                st.reply = Some(c);
+            }
+        }
+    }
+
+    fn on_event(&mut self, side: Side, e: Event) -> usize {
+        let Event::Received { channel, mode, data, .. } = e else { return 0 };
+        if self.tainted[side.index()] {
+            return 0;
+        }
+        assert!(data.len() >= HEADER, "a packet shorter than any sent: {data:?}");
+        let word = |i: usize| u32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+        let (sender, number, ch, seq, m) = (data[0], word(1), usize::from(data[5]), word(6), data[10]);
+        assert_eq!(sender, side.other() as u8, "delivered to the side that sent it");
+        assert_eq!((ch, m), (channel, mode_byte(mode)), "channel and mode as sent");
+        let book = self.books[side.other().index()].get_mut(&number).expect("a packet from a connection that sent");
+        assert!(seq < book.next[ch], "a packet never sent");
+        if let Some(last) = book.delivered[ch] {
+            assert!(seq > last, "channel {ch}: packet {seq} after {last} (duplicated or reordered)");
+        }
+        book.delivered[ch] = Some(seq);
+        let oldest = book.reliable[ch].front().copied();
+        if mode == SendMode::Reliable {
+            assert_eq!(oldest, Some(seq), "channel {ch}: reliable packet out of order");
+            book.reliable[ch].pop_front();
+        } else {
+            assert!(oldest.is_none_or(|r| r > seq), "channel {ch}: {seq} overtook reliable packet {oldest:?}");
+        }
+        1
+    }
+
+    fn check_caps(&self, side: Side) {
+        let h = &self.hosts[side.index()];
+        let c = &self.caps;
+        let peers: Vec<PeerId> = h.peers().collect();
+        assert!(peers.len() <= c.max_peers, "{} peers", peers.len());
+        assert!(h.stats().pending <= c.max_pending, "{} pending", h.stats().pending);
+        for p in &peers {
+            let Some(s) = h.peer_stats(*p) else { continue };
+            assert!(s.reassembly_bytes <= c.reassembly, "reassembly {} > {}", s.reassembly_bytes, c.reassembly);
+            assert!(s.queued_bytes <= c.queued, "queued {} > {}", s.queued_bytes, c.queued);
+        }
+        let m = h.memory_usage();
+        assert!(m.peers <= peers.len() * c.peer_memory, "{m:?} for {} peers", peers.len());
+    }
+
+    /// Heals the network and lets it run: on a connection both sides still hold, free of
+    /// forgeries, every reliable packet sent must arrive.
+    fn heal(&mut self) -> usize {
+        let mut checked = 0;
+        let end = self.now + HEAL_FOR;
+        while self.now < end {
+            self.deliver_all();
+            checked += self.settle();
+            if self.tainted.iter().any(|&t| t) || !self.live() || !self.undelivered() {
+                return checked;
+            }
+            self.now += Duration::from_millis(5);
+        }
+        if self.live() && self.undelivered() {
+            // What the fuzzer's report needs to explain the stall.
+            for side in [Side::Client, Side::Server] {
+                let h = &self.hosts[side.index()];
+                let stats = h.peer_by_addr(side.other().addr()).and_then(|p| h.peer_stats(p));
+                let book = self.books[side.index()].get(&self.connection[side.index()].0);
+                eprintln!("{side:?}: {stats:#?}\nsent by {side:?}: {book:?}");
+            }
+        }
+        assert!(!self.live() || !self.undelivered(), "reliable packets stalled for {HEAL_FOR:?} on a healed network");
+        checked
+    }
+
+    /// Whether both sides hold a connection with each other.
+    fn live(&self) -> bool {
+        [Side::Client, Side::Server].iter().all(|&side| {
+            let h = &self.hosts[side.index()];
+            let peer = h.peer_by_addr(side.other().addr());
+            peer.and_then(|p| h.peer_stats(p)).is_some_and(|s| s.state == PeerState::Connected)
+        })
+    }
+
+    /// Whether a reliable packet sent on the current connection has not arrived.
+    fn undelivered(&self) -> bool {
+        [Side::Client, Side::Server].iter().any(|&side| {
+            let (number, known) = self.connection[side.index()];
+            let current = self.hosts[side.index()].peer_by_addr(side.other().addr());
+            current.is_some()
+                && current == known
+                && self.books[side.index()].get(&number).is_some_and(|b| b.reliable.iter().any(|r| !r.is_empty()))
+        })
+    }
+}
+
+fn forged_message<'f>(m: &ForgedMessage, bases: &[u32], filler: &'f [u8]) -> Message<'f> {
+    let channel = m.channel % (CHANNELS as u8 + 1);
+    let base = bases.get(usize::from(channel)).copied().unwrap_or(0);
+    let id = SeqSpace::PACKET.wrap(base.wrapping_add(m.offset as i32 as u32));
+    let (dependency, fragment, len) = match m.kind {
+        MessageKind::WindowAck => (0, Fragment::WHOLE, 0),
+        MessageKind::Sentinel => (u32::from(m.dependency) % PACKET_WINDOW, Fragment::WHOLE, 0),
+        MessageKind::Fragment(_) => {
+            let fragment = match m.fragment {
+                Some((count, index)) => {
+                    let count = 2 + u32::from(count) % (MAX_FRAGMENTS - 1);
+                    Fragment { index: u32::from(index) % count, count }
+                }
+                None => Fragment::WHOLE,
+            };
+            (u32::from(m.dependency) % PACKET_WINDOW, fragment, usize::from(m.len) % filler.len())
+        }
+    };
+    Message { kind: m.kind, channel, id, dependency, fragment, payload: &filler[..len] }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Stream;
+    use super::*;
+
+    /// Replays the target over seeded pseudo-random scripts, so `cargo test` covers it.
+    #[test]
+    fn replay_host() {
+        let mut s = Stream(0x4057);
+        let mut buf = Vec::new();
+        let mut checked = 0;
+        let cases = 2000;
+        for i in 0..cases {
+            s.fill(&mut buf, 200 + (i * 7919) % 3000);
+            checked += host(&buf);
+        }
+        eprintln!("host: {checked} delivered packets checked in {cases} scripts");
+        assert!(checked > cases, "the replay must deliver data: {checked}");
+    }
+
+    /// Inputs the fuzzer once failed on, kept in `fuzz/regressions/host/`.
+    #[test]
+    fn regressions_hold() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/host");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("the regression corpus") {
+            let path = entry.expect("a directory entry").path();
+            eprintln!("{}", path.display());
+            host(&std::fs::read(&path).expect("a regression input"));
+            n += 1;
+        }
+        assert!(n > 0, "no regression inputs in {}", dir.display());
+    }
+}

@@ -1,0 +1,623 @@
+//! Hostile input, each attack with the defence that stops it (docs/security.md):
+//! connect floods from spoofed addresses, amplification, blind spoofing, optimistic
+//! acknowledgements, and memory exhaustion by an authenticated but hostile peer.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use porous_proto::wire::{
+    AckRange, ConnectRequest, Control, Data, DataHeader, DataWriter, Expand, Fragment, Key, Message, MessageKind,
+};
+use porous_proto::{DisconnectReason, Event, Host, HostConfig, PeerState, SendMode, Transmit};
+use rand_pcg::Pcg32;
+
+const MS: Duration = Duration::from_millis(1);
+
+fn rng(seed: u64) -> Pcg32 {
+    Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
+}
+
+fn addr(a: u8, b: u8, port: u16) -> SocketAddr {
+    SocketAddr::from(([10, 1, a, b], port))
+}
+
+const SERVER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)), 9000);
+
+fn server(config: HostConfig) -> Host {
+    Host::new(config, rng(1)).unwrap()
+}
+
+fn drain(host: &mut Host) -> Vec<Transmit> {
+    std::iter::from_fn(|| host.poll_transmit()).collect()
+}
+
+fn request(nonce: u32) -> ConnectRequest {
+    ConnectRequest {
+        nonce,
+        frame_base: 1000,
+        packet_base: 0,
+        app_version: 0,
+        channels: 4,
+        mtu: 1200,
+        max_packet: 1 << 20,
+        bandwidth_in: 0,
+        bandwidth_out: 0,
+        cookie: None,
+    }
+}
+
+fn encode(c: &Control, key: Key) -> Vec<u8> {
+    let mut out = Vec::new();
+    c.encode(key, &mut out);
+    out
+}
+
+/// A client that speaks the wire format itself: it does the handshake honestly, then
+/// sends whatever it likes, with valid keys.
+struct Hostile {
+    addr: SocketAddr,
+    req: ConnectRequest,
+    server: Option<ConnectRequest>,
+    next_frame: u32,
+    newest_server_frame: Option<u32>,
+}
+
+impl Hostile {
+    fn connect(host: &mut Host, now: Instant, addr: SocketAddr, req: ConnectRequest) -> Self {
+        let mut h = Self { addr, req, server: None, next_frame: req.frame_base, newest_server_frame: None };
+        host.handle_datagram(now, addr, &encode(&Control::Request(req), Key::version()));
+        host.step(now);
+        for t in drain(host) {
+            if let Ok(Control::RequestAck(server)) = Control::decode(&t.payload, Key::reply(req.nonce)) {
+                h.server = Some(server);
+            }
+        }
+        let server = h.server.expect("the server answered with its request");
+        host.handle_datagram(now, addr, &encode(&Control::Ack, Key::reply(server.nonce)));
+        host.step(now);
+        h
+    }
+
+    fn keys(&self) -> (Key, Key) {
+        let s = self.server.map_or(0, |s| s.nonce);
+        (Key::connection(self.req.nonce, s), Key::connection(s, self.req.nonce))
+    }
+
+    /// A frame carrying `msgs` (ids sent wide, so no window reasoning is needed), with
+    /// optional acknowledgements and a ping echo.
+    fn frame(&mut self, msgs: &[Message<'_>], acks: &[AckRange], echo: Option<u8>) -> Vec<u8> {
+        let id = self.next_frame;
+        self.next_frame = self.next_frame.wrapping_add(1);
+        let header = DataHeader { frame: Some((id, 4)), ping: None, ping_ack: echo, acks };
+        let mut out = BytesMut::new();
+        let mut w = DataWriter::new(&mut out, self.keys().0, &header);
+        for (i, m) in msgs.iter().enumerate() {
+            w.message(m, false, i + 1 == msgs.len());
+        }
+        w.finish();
+        out.to_vec()
+    }
+
+    /// Reads the server's datagrams: the newest frame id, and the pings to echo.
+    fn read(&mut self, transmits: &[Transmit]) -> Vec<u8> {
+        let mut pings = Vec::new();
+        for t in transmits.iter().filter(|t| t.remote == self.addr) {
+            let ctx = ServerIds {
+                newest: self.newest_server_frame,
+                base: self.server.map_or(0, |s| s.frame_base),
+                packet_base: self.server.map_or(0, |s| s.packet_base),
+                our_next_frame: self.next_frame,
+            };
+            if let Ok(d) = Data::decode(&t.payload, self.keys().1, &ctx) {
+                if let Some(k) = d.frame_id
+                    && self.newest_server_frame.is_none_or(|n| k.wrapping_sub(n) < 1 << 31)
+                {
+                    self.newest_server_frame = Some(k);
+                }
+                pings.extend(d.ping);
+            }
+        }
+        pings
+    }
+}
+
+/// What the hostile client knows to expand the server's truncated ids. The tests send
+/// far fewer than 2^15 packets, so packet ids expand around the server's first one.
+struct ServerIds {
+    newest: Option<u32>,
+    base: u32,
+    packet_base: u32,
+    our_next_frame: u32,
+}
+
+impl Expand for ServerIds {
+    fn frame_id(&self, t: u32, bytes: u32) -> u32 {
+        porous_proto::seq::SeqSpace::FRAME.expand(t, 8 * bytes, self.newest.map_or(self.base, |n| n.wrapping_add(1)))
+    }
+    fn ack_largest(&self, t: u16) -> u32 {
+        porous_proto::seq::SeqSpace::FRAME.expand_below(u32::from(t), 16, self.our_next_frame)
+    }
+    fn packet_id(&self, _: u8, t: u16) -> u32 {
+        porous_proto::seq::SeqSpace::PACKET.expand(u32::from(t), 16, self.packet_base)
+    }
+}
+
+fn fragment<'a>(id: u32, mode: SendMode, index: u32, count: u32, payload: &'a [u8]) -> Message<'a> {
+    Message {
+        kind: MessageKind::Fragment(mode),
+        channel: 0,
+        id,
+        dependency: 0,
+        fragment: Fragment { index, count },
+        payload,
+    }
+}
+
+#[test]
+fn a_spoofed_connect_flood_allocates_little_and_a_real_client_still_gets_in() {
+    let mut config = HostConfig::default();
+    config.max_pending = 64;
+    config.challenge_above = 16;
+    let mut host = server(config);
+    let t0 = Instant::now();
+    // 20,000 requests from spoofed addresses that never answer.
+    for i in 0..20_000u32 {
+        let from = addr((i >> 8) as u8, i as u8, 1024 + (i % 5000) as u16);
+        host.handle_datagram(
+            t0 + i * Duration::from_micros(10),
+            from,
+            &encode(&Control::Request(request(i)), Key::version()),
+        );
+    }
+    host.step(t0 + Duration::from_millis(200));
+    drain(&mut host);
+    let s = host.stats();
+    assert!(s.pending <= 64, "pending {}", s.pending);
+    assert!(host.peers().count() <= 64);
+    assert!(s.challenged >= 19_000, "the host switched to stateless cookies: {}", s.challenged);
+    // Per peer, not total minus baseline: the transmit queue held 20,000 replies
+    // until the drain above, and its capacity stays.
+    let per_pending = host.memory_usage().peers / s.pending.max(1);
+    eprintln!("flood: {} pending, {} challenged, {} bytes per pending peer", s.pending, s.challenged, per_pending);
+    assert!(per_pending < 2048, "a pending handshake costs {per_pending} bytes");
+
+    // A real client, under the flood, answers the challenge and gets in.
+    let client_addr: SocketAddr = "10.9.9.9:5000".parse().unwrap();
+    let mut client = Host::new(HostConfig::default(), rng(2)).unwrap();
+    let t = t0 + Duration::from_secs(1);
+    let peer = client.connect(t, SERVER).unwrap();
+    let mut connected = false;
+    for round in 0..20u32 {
+        let now = t + round * 10 * MS;
+        client.step(now);
+        for tr in drain(&mut client) {
+            host.handle_datagram(now, client_addr, &tr.payload);
+        }
+        host.step(now);
+        for tr in drain(&mut host) {
+            if tr.remote == client_addr {
+                client.handle_datagram(now, SERVER, &tr.payload);
+            }
+        }
+        while let Some(e) = client.poll_event() {
+            connected |= matches!(e, Event::Connected { .. });
+        }
+    }
+    assert!(connected, "the client connected through the challenge");
+    assert!(client.peer_stats(peer).is_some());
+    assert!(host.stats().challenged > s.challenged);
+}
+
+#[test]
+fn pending_handshakes_are_capped_and_the_oldest_go_first() {
+    let mut config = HostConfig::default();
+    config.max_pending = 8;
+    config.challenge_above = 1000; // no cookies: the cap alone
+    let mut host = server(config);
+    let t0 = Instant::now();
+    for i in 0..100u32 {
+        host.handle_datagram(t0, addr(0, i as u8, 2000), &encode(&Control::Request(request(i)), Key::version()));
+    }
+    assert_eq!(host.stats().pending, 8);
+    assert_eq!(host.stats().pending_evicted, 92);
+    // The newest eight remain.
+    assert!(host.peer_by_addr(addr(0, 99, 2000)).is_some());
+    assert!(host.peer_by_addr(addr(0, 0, 2000)).is_none());
+}
+
+#[test]
+fn no_reply_before_a_connection_is_larger_than_its_request() {
+    let t0 = Instant::now();
+    let mut worst: f64 = 0.0;
+    let mut check = |host: &mut Host, req: &[u8], from: SocketAddr| {
+        host.handle_datagram(t0, from, req);
+        host.step(t0);
+        for t in drain(host) {
+            worst = worst.max(t.payload.len() as f64 / req.len() as f64);
+            assert!(t.payload.len() <= req.len(), "{} byte reply to a {} byte request", t.payload.len(), req.len());
+        }
+    };
+    let req = encode(&Control::Request(request(1)), Key::version());
+    // Accepted: request+ack; challenged: cookie; refused three ways.
+    check(&mut server(HostConfig::default()), &req, addr(1, 1, 1));
+    let mut c = HostConfig::default();
+    c.challenge_above = 0;
+    check(&mut server(c), &req, addr(1, 1, 2));
+    let mut c = HostConfig::default();
+    c.peer.app_version = 3;
+    check(&mut server(c), &req, addr(1, 1, 3));
+    let mut c = HostConfig::default();
+    c.accept_incoming = false;
+    check(&mut server(c), &req, addr(1, 1, 4));
+    let mut c = HostConfig::default();
+    c.max_peers = 1;
+    let mut full = server(c);
+    full.connect(t0, addr(9, 9, 9)).unwrap();
+    check(&mut full, &req, addr(1, 1, 5));
+    // A connected host answering a stale request, and a duplicate request.
+    let mut h = server(HostConfig::default());
+    let hostile = Hostile::connect(&mut h, t0, addr(2, 2, 2), request(7));
+    assert!(hostile.server.is_some());
+    check(&mut h, &encode(&Control::Request(request(8)), Key::version()), addr(2, 2, 2));
+    check(&mut h, &encode(&Control::Request(request(7)), Key::version()), addr(2, 2, 2));
+    eprintln!("largest reply / request ratio before a connection: {worst:.2}");
+    assert!(worst <= 1.0);
+    // A request too short to be padded gets no answer at all.
+    let mut h = server(HostConfig::default());
+    h.handle_datagram(t0, addr(3, 3, 3), &req[..40]);
+    h.step(t0);
+    assert!(drain(&mut h).is_empty());
+}
+
+#[test]
+fn a_blind_attacker_can_neither_inject_data_nor_disconnect() {
+    let t0 = Instant::now();
+    let mut host = server(HostConfig::default());
+    let client = addr(4, 4, 4);
+    let mut hostile = Hostile::connect(&mut host, t0, client, request(11));
+    let peer = host.peer_by_addr(client).unwrap();
+    while host.poll_event().is_some() {}
+    // The attacker knows both addresses and ports but not the nonces: it guesses.
+    let payload = [b'X'; 20];
+    for guess in 0..2000u32 {
+        let keyed = |key: Key| {
+            let header = DataHeader { frame: Some((1000 + guess, 4)), ..Default::default() };
+            let mut out = BytesMut::new();
+            let mut w = DataWriter::new(&mut out, key, &header);
+            w.message(&fragment(guess, SendMode::Reliable, 0, 1, &payload), false, true);
+            w.finish();
+            out
+        };
+        host.handle_datagram(t0, client, &keyed(Key::connection(guess, guess.wrapping_mul(7))));
+        host.handle_datagram(t0, client, &encode(&Control::Disconnect, Key::connection(guess, 1)));
+    }
+    host.step(t0);
+    assert!(std::iter::from_fn(|| host.poll_event()).next().is_none(), "nothing got through");
+    assert_eq!(host.peer_stats(peer).unwrap().state, PeerState::Connected);
+    assert!(host.stats().malformed >= 4000);
+    // With the real keys (what only the two ends, or an on-path observer, know) the same
+    // datagrams work: the check is what stops the blind attacker.
+    let msg = fragment(0, SendMode::Reliable, 0, 1, &payload);
+    let frame = hostile.frame(&[msg], &[], None);
+    host.handle_datagram(t0, client, &frame);
+    assert!(matches!(host.poll_event(), Some(Event::Received { .. })));
+    host.handle_datagram(t0, client, &encode(&Control::Disconnect, hostile.keys().0));
+    assert!(matches!(host.poll_event(), Some(Event::Disconnected { reason: DisconnectReason::Remote, .. })));
+}
+
+#[test]
+fn a_peer_acknowledging_what_it_never_received_is_caught() {
+    let t0 = Instant::now();
+    let mut host = server(HostConfig::default());
+    let client = addr(5, 5, 5);
+    let mut hostile = Hostile::connect(&mut host, t0, client, request(21));
+    let peer = host.peer_by_addr(client).unwrap();
+    let base = hostile.server.unwrap().frame_base;
+    let mut ended = None;
+    for round in 0..2000u32 {
+        let now = t0 + round * MS;
+        let _ = host.send(peer, 0, Bytes::from_static(&[1; 100]), SendMode::Unreliable);
+        host.step(now);
+        let out = drain(&mut host);
+        hostile.read(&out);
+        // Optimistic acknowledgement: everything from the first frame to the newest,
+        // received or not, to keep the server's congestion window open.
+        if let Some(newest) = hostile.newest_server_frame {
+            let acks = [AckRange { first: newest.wrapping_sub(200).max(base), last: newest }];
+            let ack = hostile.frame(&[], &acks, None);
+            host.handle_datagram(now, client, &ack);
+        }
+        while let Some(e) = host.poll_event() {
+            if let Event::Disconnected { reason, .. } = e {
+                ended = Some((round, reason));
+            }
+        }
+        if ended.is_some() {
+            break;
+        }
+    }
+    let (round, reason) = ended.expect("the liar was caught");
+    assert_eq!(reason, DisconnectReason::Misbehaving);
+    eprintln!("optimistic acknowledgements caught after {round} rounds");
+}
+
+#[test]
+fn endless_unfinished_fragments_stay_within_the_reassembly_cap() {
+    let t0 = Instant::now();
+    let mut config = HostConfig::default();
+    config.peer.max_reassembly_bytes = 256 * 1024;
+    let mut host = server(config);
+    let client = addr(6, 6, 6);
+    let mut hostile = Hostile::connect(&mut host, t0, client, request(31));
+    let peer = host.peer_by_addr(client).unwrap();
+    let chunk = vec![7u8; porous_proto::wire::fragment_payload(1200)];
+    let mut worst = 0;
+    let mut refused_before = 0;
+    // 30,000 first fragments of packets that never complete, in every mode, each
+    // claiming 40 fragments.
+    for id in 0..30_000u32 {
+        let mode = [SendMode::Unreliable, SendMode::Reliable, SendMode::Passive][id as usize % 3];
+        let f = hostile.frame(&[fragment(id % 60_000, mode, 0, 40, &chunk)], &[], None);
+        host.handle_datagram(t0 + id * Duration::from_micros(100), client, &f);
+        if id % 1000 == 0 {
+            let s = host.peer_stats(peer).unwrap();
+            worst = worst.max(s.reassembly_bytes);
+            refused_before = s.frames_refused;
+        }
+    }
+    let s = host.peer_stats(peer).unwrap();
+    worst = worst.max(s.reassembly_bytes);
+    let bound = 256 * 1024 + 4 * 3 * (40 * 1172 + 200);
+    eprintln!(
+        "unfinished fragments: reassembly peaked at {worst} bytes (bound {bound}), {} frames held back",
+        s.frames_refused
+    );
+    assert!(worst <= bound, "{worst} > {bound}");
+    assert!(s.frames_refused > refused_before.min(1), "reliable fragments beyond the cap were held back");
+    assert!(host.memory_usage().total < 4 * bound, "{:?}", host.memory_usage());
+}
+
+#[test]
+fn a_peer_that_never_acknowledges_fills_queues_only_to_their_caps() {
+    let t0 = Instant::now();
+    let mut config = HostConfig::default();
+    config.peer.channels[0].max_queued_bytes = 64 * 1024;
+    let mut host = server(config);
+    let client = addr(7, 7, 7);
+    let mut hostile = Hostile::connect(&mut host, t0, client, request(41));
+    let peer = host.peer_by_addr(client).unwrap();
+    let mut full = 0;
+    for round in 0..5000u32 {
+        let now = t0 + round * MS;
+        match host.send(peer, 0, Bytes::from(vec![3u8; 1000]), SendMode::Reliable) {
+            Ok(()) => {}
+            Err(porous_proto::SendError::QueueFull { channel: 0 }) => full += 1,
+            Err(e) => panic!("{e}"),
+        }
+        host.step(now);
+        let out = drain(&mut host);
+        // It stays alive (echoing pings, with data frames of its own) but acknowledges nothing.
+        let pings = hostile.read(&out);
+        if let Some(&p) = pings.last() {
+            let keepalive = hostile.frame(&[], &[], Some(p));
+            host.handle_datagram(now, client, &keepalive);
+        }
+    }
+    let s = host.peer_stats(peer).unwrap();
+    assert_eq!(s.state, PeerState::Connected, "kept alive");
+    assert!(full > 4000, "send reported the full queue {full} times");
+    assert!(s.queued_bytes <= 64 * 1024, "{}", s.queued_bytes);
+    assert!(host.memory_usage().total < 1 << 20, "{:?}", host.memory_usage());
+}
+
+#[test]
+fn out_of_range_window_acks_and_dependencies_change_nothing() {
+    let t0 = Instant::now();
+    let mut host = server(HostConfig::default());
+    let client = addr(8, 8, 8);
+    let mut hostile = Hostile::connect(&mut host, t0, client, request(51));
+    let peer = host.peer_by_addr(client).unwrap();
+    for i in 0..10 {
+        host.send(peer, 1, Bytes::from_static(b"state"), SendMode::Reliable).unwrap();
+        host.step(t0 + i * MS);
+    }
+    drain(&mut host);
+    let p = [0u8; 8];
+    let bogus = [
+        // Window acknowledgements for ids never sent, not spaced, far away.
+        Message {
+            kind: MessageKind::WindowAck,
+            channel: 1,
+            id: 8191,
+            dependency: 0,
+            fragment: Fragment::WHOLE,
+            payload: &[],
+        },
+        Message {
+            kind: MessageKind::WindowAck,
+            channel: 1,
+            id: 5,
+            dependency: 0,
+            fragment: Fragment::WHOLE,
+            payload: &[],
+        },
+        Message {
+            kind: MessageKind::WindowAck,
+            channel: 3,
+            id: 0x7F_FFFF,
+            dependency: 0,
+            fragment: Fragment::WHOLE,
+            payload: &[],
+        },
+        // A dependency on a packet that does not exist, a fragment of a packet too large,
+        // a packet far outside the window, a sentinel on an unspaced id, a channel that
+        // does not exist.
+        Message { dependency: 65_535, ..fragment(3, SendMode::Reliable, 0, 1, &p) },
+        fragment(4, SendMode::Reliable, 0, 60_000, &p),
+        fragment(0x40_0000, SendMode::Reliable, 0, 1, &p),
+        Message { kind: MessageKind::Sentinel, payload: &[], ..fragment(6, SendMode::Unreliable, 0, 1, &p) },
+        Message { channel: 200, ..fragment(0, SendMode::Reliable, 0, 1, &p) },
+    ];
+    for m in &bogus {
+        let f = hostile.frame(std::slice::from_ref(m), &[], None);
+        host.handle_datagram(t0, client, &f);
+    }
+    host.step(t0 + 20 * MS);
+    let s = host.peer_stats(peer).unwrap();
+    assert!(s.protocol_violations >= 6, "{}", s.protocol_violations);
+    assert_eq!(s.state, PeerState::Connected);
+    // The stalled dependency holds back only its own channel: an honest packet on
+    // another channel is delivered.
+    while host.poll_event().is_some() {}
+    let ok = hostile.frame(&[Message { channel: 2, ..fragment(0, SendMode::Reliable, 0, 1, b"fine") }], &[], None);
+    host.handle_datagram(t0, client, &ok);
+    assert!(matches!(host.poll_event(), Some(Event::Received { channel: 2, .. })));
+    // The sender's window on channel 1 did not move on the bogus acknowledgements.
+    assert!(host.send(peer, 1, Bytes::from_static(b"more"), SendMode::Reliable).is_ok());
+}
+
+#[test]
+fn absurd_negotiated_parameters_are_clamped_or_refused() {
+    let t0 = Instant::now();
+    let mut host = server(HostConfig::default());
+    // The largest datagram and packet sizes and bandwidths a request can state.
+    let greedy = ConnectRequest {
+        mtu: 65_507,
+        max_packet: u32::MAX,
+        bandwidth_in: u32::MAX,
+        bandwidth_out: u32::MAX,
+        ..request(61)
+    };
+    let client = addr(10, 10, 10);
+    let hostile = Hostile::connect(&mut host, t0, client, greedy);
+    let s = host.peer_stats(host.peer_by_addr(client).unwrap()).unwrap();
+    assert_eq!(s.mtu, 1200, "the smaller datagram size wins");
+    assert_eq!(hostile.server.unwrap().mtu, 1200);
+    // A channel count other than ours is refused; nothing is allocated.
+    let before = host.peers().count();
+    host.handle_datagram(
+        t0,
+        addr(10, 10, 11),
+        &encode(&Control::Request(ConnectRequest { channels: 255, ..request(62) }), Key::version()),
+    );
+    assert_eq!(host.peers().count(), before);
+    assert!(drain(&mut host).iter().any(|t| Control::decode(&t.payload, Key::reply(62)).is_ok()));
+}
+
+#[test]
+fn many_peers_at_once_stay_within_the_peer_cap() {
+    let t0 = Instant::now();
+    let mut config = HostConfig::default();
+    config.max_peers = 50;
+    config.challenge_above = 1000;
+    let mut host = server(config);
+    for i in 0..200u32 {
+        let mut h = Hostile {
+            addr: addr(11, i as u8, 3000),
+            req: request(i),
+            server: None,
+            next_frame: 0,
+            newest_server_frame: None,
+        };
+        // Each completes its handshake: connected peers, not just pending ones.
+        let _ =
+            std::mem::replace(&mut h, Hostile::try_connect(&mut host, t0, addr(11, i as u8, 3000), request(1000 + i)));
+    }
+    assert!(host.peers().count() <= 50);
+    let connected = host.peers().filter(|p| host.peer_stats(*p).unwrap().state == PeerState::Connected).count();
+    assert_eq!(connected, 50);
+    assert!(host.stats().refused >= 150);
+}
+
+impl Hostile {
+    /// Like `connect`, but tolerates a refusal.
+    fn try_connect(host: &mut Host, now: Instant, addr: SocketAddr, req: ConnectRequest) -> Self {
+        let mut h = Self { addr, req, server: None, next_frame: req.frame_base, newest_server_frame: None };
+        host.handle_datagram(now, addr, &encode(&Control::Request(req), Key::version()));
+        host.step(now);
+        for t in drain(host) {
+            if let Ok(Control::RequestAck(server)) = Control::decode(&t.payload, Key::reply(req.nonce)) {
+                h.server = Some(server);
+            }
+        }
+        if let Some(server) = h.server {
+            host.handle_datagram(now, addr, &encode(&Control::Ack, Key::reply(server.nonce)));
+            host.step(now);
+        }
+        h
+    }
+}
+
+/// Frames packed to smuggle memory past the reassembly budget. Each attack was once
+/// stored whole (or would be, under a looser rule): one message of the frame counted as
+/// progress and carried the rest in, or every packet claimed to be the one its channel
+/// waited for, or whole packets that could not be delivered passed as deliverable.
+#[test]
+fn frames_packed_around_progress_stay_within_the_reassembly_cap() {
+    let cap = 256 * 1024;
+    let max_packet: usize = 64 * 1024;
+    let chunk = porous_proto::wire::fragment_payload(1200);
+    let count = max_packet.div_ceil(chunk) as u32;
+    // Per channel, at most three packets beyond the cap (see the channel docs), and
+    // transiently one datagram.
+    let bound = cap + 4 * (3 * (count as usize * chunk + 200) + 1300);
+    let payload = vec![5u8; chunk];
+    for attack in ["carried by progress", "every packet a head", "every packet the front", "whole but blocked"] {
+        let t0 = Instant::now();
+        let mut config = HostConfig::default();
+        config.peer.max_reassembly_bytes = cap;
+        config.peer.max_packet_size = max_packet;
+        let mut host = server(config);
+        let client = addr(9, 9, 9);
+        let mut hostile = Hostile::connect(&mut host, t0, client, request(61));
+        let peer = host.peer_by_addr(client).unwrap();
+        let (mut worst, mut delivered) = (0, 0u32);
+        for round in 0..1500u32 {
+            let msgs: Vec<Message<'_>> = match attack {
+                // A deliverable reliable packet (each depending on the one before) with
+                // twenty last fragments of the largest passive packets on channel 1.
+                "carried by progress" => {
+                    let go = Message {
+                        kind: MessageKind::Fragment(SendMode::Reliable),
+                        channel: 0,
+                        id: round,
+                        dependency: u32::from(round > 0),
+                        fragment: Fragment::WHOLE,
+                        payload: b"go",
+                    };
+                    let junk = (0..20).map(|j| Message {
+                        channel: 1,
+                        ..fragment(round * 20 + j, SendMode::Passive, count - 1, count, &payload[..10])
+                    });
+                    std::iter::once(go).chain(junk).collect()
+                }
+                // First fragments of reliable packets claiming no dependency, newest
+                // first, so each in turn is the oldest reliable packet held.
+                "every packet a head" => vec![fragment(30_000 - round, SendMode::Reliable, 0, count, &payload)],
+                // The same with passive packets: each is at the front of its channel
+                // when it arrives, and displaces the one before.
+                "every packet the front" => vec![fragment(30_000 - round, SendMode::Passive, 0, count, &payload)],
+                // Packet 1 waits for packet 0, never sent; behind it, whole unreliable
+                // packets claiming no dependency.
+                _ if round == 0 => vec![Message { dependency: 1, ..fragment(1, SendMode::Reliable, 0, 1, b"stuck") }],
+                _ => vec![fragment(round + 1, SendMode::Unreliable, 0, 1, &payload)],
+            };
+            let f = hostile.frame(&msgs, &[], None);
+            host.handle_datagram(t0 + round * MS, client, &f);
+            worst = worst.max(host.peer_stats(peer).unwrap().reassembly_bytes);
+            while let Some(e) = host.poll_event() {
+                if let Event::Received { channel: 0, .. } = e {
+                    delivered += 1;
+                }
+            }
+        }
+        eprintln!("{attack}: reassembly peaked at {worst} bytes (bound {bound})");
+        assert!(worst <= bound, "{attack}: {worst} > {bound}");
+        assert!(host.memory_usage().total < 2 * bound, "{attack}: {:?}", host.memory_usage());
+        if attack == "carried by progress" {
+            // The reliable packets got through even though their frames were refused.
+            assert_eq!(delivered, 1500);
+        }
+    }
+}
