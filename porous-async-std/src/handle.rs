@@ -1,0 +1,247 @@
+//! The handles: [`Host`] and [`Peer`], and what they share with the driver.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use async_std::channel::{self, Receiver, Sender};
+use async_std::net::{ToSocketAddrs, UdpSocket};
+use async_std::task;
+use bytes::Bytes;
+use porous_proto::{DisconnectReason, HostConfig, HostStats, PeerId, PeerStats, SendError, SendMode};
+
+use crate::driver::Driver;
+use crate::{ACCEPT_BACKLOG, DeliveryStats, Disconnected, Error};
+
+/// Commands that wait for the driver; a capacity-1 wake-up would do, a few more let
+/// `connect` calls queue without waiting.
+const COMMANDS: usize = 64;
+
+/// What handles send the driver.
+pub(crate) enum Command {
+    /// Something changed in the core (a send, a disconnect, a packet read): step it.
+    Wake,
+    /// Connect to an address; the reply comes once the connection is up or has failed.
+    Connect(SocketAddr, Sender<Result<PeerParts, Error>>),
+}
+
+/// Locks the core. A panic elsewhere cannot leave it half-updated in a way that matters
+/// more than stopping would, so a poisoned lock is used as is.
+pub(crate) fn lock(core: &Mutex<porous_proto::Host>) -> MutexGuard<'_, porous_proto::Host> {
+    core.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What every handle holds: the core, and the way to the driver. The driver stops once
+/// the last `Link` is dropped, because that closes its command channel.
+#[derive(Clone)]
+struct Link {
+    core: Arc<Mutex<porous_proto::Host>>,
+    commands: Sender<Command>,
+}
+
+impl Link {
+    fn wake(&self) {
+        // A full queue already holds a wake-up; a closed one has no driver to wake.
+        let _ = self.commands.try_send(Command::Wake);
+    }
+}
+
+/// The state of a connection that the driver and the connection's handles share.
+#[derive(Debug, Default)]
+pub(crate) struct PeerShared {
+    /// Why the connection ended, set when the core reports it.
+    pub(crate) reason: OnceLock<DisconnectReason>,
+    /// The driver holds packets back for want of room: the next `recv` must wake it.
+    pub(crate) parked: AtomicBool,
+    /// See [`DeliveryStats`].
+    pub(crate) unreliable_dropped: AtomicU64,
+    /// See [`DeliveryStats`].
+    pub(crate) datagrams_deferred: AtomicU64,
+}
+
+/// An established connection as the driver hands it to `connect` or `accept`.
+pub(crate) struct PeerParts {
+    pub(crate) id: PeerId,
+    pub(crate) remote: SocketAddr,
+    /// The delivery queue; it closes after the last packet once the connection ended.
+    pub(crate) packets: Receiver<(usize, Bytes)>,
+    /// Closes when the core reports the connection ended.
+    pub(crate) ended: Receiver<Infallible>,
+    pub(crate) shared: Arc<PeerShared>,
+}
+
+/// A POROUS host: one UDP socket and its connections, driven by a background task.
+///
+/// Cheap to clone; every clone is a handle to the same host. See the
+/// [crate documentation](crate) for the queues and the driver's lifetime.
+#[derive(Clone)]
+pub struct Host {
+    link: Link,
+    accept: Receiver<PeerParts>,
+    local_addr: SocketAddr,
+}
+
+impl fmt::Debug for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host").field("local_addr", &self.local_addr).finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// Binds a UDP socket to `addr` and spawns the driver task (with
+    /// `async_std::task::spawn`). The core's random generator is seeded from the OS.
+    pub async fn bind(addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
+        let rng = rand_core::UnwrapErr(getrandom::SysRng);
+        let core = porous_proto::Host::new(config, rng).map_err(Error::Config)?;
+        let socket = UdpSocket::bind(addr).await.map_err(Error::Io)?;
+        let local_addr = socket.local_addr().map_err(Error::Io)?;
+        let (commands, command_rx) = channel::bounded(COMMANDS);
+        let (accept_tx, accept) = channel::bounded(ACCEPT_BACKLOG);
+        let link = Link { core: Arc::new(Mutex::new(core)), commands };
+        let driver = Driver::new(socket, Arc::clone(&link.core), command_rx, accept_tx, accept.clone());
+        // Detached: the driver ends by itself once every handle is gone.
+        drop(task::spawn(driver.run()));
+        Ok(Self { link, accept, local_addr })
+    }
+
+    /// The address the socket is bound to (with the port the OS picked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Connects to `remote`. Resolves once the connection is established, or fails with
+    /// [`Error::Connect`] (refused by this host's core: a connection to that address
+    /// exists, the host is full, the address is invalid) or [`Error::Failed`] (timed
+    /// out, refused by the remote, incompatible). Dropping the future before it resolves
+    /// abandons the attempt; a connection established meanwhile is ended at once.
+    pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
+        let (reply, result) = channel::bounded(1);
+        self.link.commands.send(Command::Connect(remote, reply)).await.map_err(|_| Error::Stopped)?;
+        let parts = result.recv().await.map_err(|_| Error::Stopped)??;
+        Ok(Peer::new(parts, self.link.clone()))
+    }
+
+    /// The next established incoming connection, in the order they were established.
+    /// Fails only if the driver has stopped.
+    pub async fn accept(&self) -> Result<Peer, Error> {
+        let parts = self.accept.recv().await.map_err(|_| Error::Stopped)?;
+        Ok(Peer::new(parts, self.link.clone()))
+    }
+
+    /// The core's counters of this host.
+    pub fn stats(&self) -> HostStats {
+        lock(&self.link.core).stats()
+    }
+}
+
+/// One connection. Cheap to clone; clones share one delivery queue, so each packet goes
+/// to one [`Peer::recv`] call. Dropping the last clone disconnects gracefully.
+#[derive(Clone)]
+pub struct Peer {
+    inner: Arc<PeerInner>,
+}
+
+struct PeerInner {
+    id: PeerId,
+    remote: SocketAddr,
+    packets: Receiver<(usize, Bytes)>,
+    ended: Receiver<Infallible>,
+    shared: Arc<PeerShared>,
+    link: Link,
+}
+
+impl Drop for PeerInner {
+    fn drop(&mut self) {
+        // A no-op if the connection has ended already.
+        lock(&self.link.core).disconnect(self.id);
+        self.link.wake();
+    }
+}
+
+impl fmt::Debug for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Peer").field("id", &self.inner.id).field("remote", &self.inner.remote).finish_non_exhaustive()
+    }
+}
+
+impl Peer {
+    fn new(parts: PeerParts, link: Link) -> Self {
+        let PeerParts { id, remote, packets, ended, shared } = parts;
+        Self { inner: Arc::new(PeerInner { id, remote, packets, ended, shared, link }) }
+    }
+
+    /// The connection's id in the core.
+    pub fn id(&self) -> PeerId {
+        self.inner.id
+    }
+
+    /// The remote address.
+    pub fn remote(&self) -> SocketAddr {
+        self.inner.remote
+    }
+
+    /// Queues a packet on `channel`; the driver sends it at once. Errors are the core's
+    /// own, unchanged: nothing was queued.
+    pub fn send(&self, channel: usize, data: impl Into<Bytes>, mode: SendMode) -> Result<(), SendError> {
+        let data = data.into();
+        lock(&self.inner.link.core).send(self.inner.id, channel, data, mode)?;
+        self.inner.link.wake();
+        Ok(())
+    }
+
+    /// The next packet and its channel, or, once every packet that arrived has been
+    /// returned, why the connection ended.
+    pub async fn recv(&self) -> Result<(usize, Bytes), Disconnected> {
+        let packet = self.inner.packets.recv().await;
+        if self.inner.shared.parked.swap(false, Ordering::SeqCst) {
+            self.inner.link.wake();
+        }
+        packet.map_err(|_| Disconnected(self.reason()))
+    }
+
+    /// Disconnects gracefully and waits until the core reports the end: packets already
+    /// sent are delivered first, then the disconnection handshake runs. Returns why the
+    /// connection ended: [`DisconnectReason::Local`] when the flush and the handshake
+    /// finished (the handshake gives up after `disconnect_timeout`), something else if
+    /// the connection ended otherwise first. Packets still arriving meanwhile stay
+    /// readable with [`Peer::recv`]; keep reading if the remote sends a lot, since a full
+    /// delivery queue defers the acknowledgements the flush waits for.
+    pub async fn disconnect(&self) -> DisconnectReason {
+        lock(&self.inner.link.core).disconnect(self.inner.id);
+        self.inner.link.wake();
+        // Nothing is ever sent on `ended`: this returns when it closes.
+        let _ = self.inner.ended.recv().await;
+        self.reason()
+    }
+
+    /// Disconnects at once, dropping packets not yet sent; the remote is told, best
+    /// effort. `recv` then returns the packets already queued, then
+    /// [`DisconnectReason::Local`].
+    pub fn disconnect_now(&self) {
+        lock(&self.inner.link.core).disconnect_now(self.inner.id);
+        self.inner.link.wake();
+    }
+
+    /// A snapshot of the connection's state and counters; `None` once the core has
+    /// deleted it (a while after it ended).
+    pub fn stats(&self) -> Option<PeerStats> {
+        lock(&self.inner.link.core).peer_stats(self.inner.id)
+    }
+
+    /// The counters of this connection's delivery queue.
+    pub fn delivery_stats(&self) -> DeliveryStats {
+        let s = &self.inner.shared;
+        DeliveryStats {
+            queued: self.inner.packets.len(),
+            unreliable_dropped: s.unreliable_dropped.load(Ordering::Relaxed),
+            datagrams_deferred: s.datagrams_deferred.load(Ordering::Relaxed),
+        }
+    }
+
+    fn reason(&self) -> DisconnectReason {
+        // Unset only if the driver itself is gone, which ends every connection here.
+        self.inner.shared.reason.get().copied().unwrap_or(DisconnectReason::Local)
+    }
+}
