@@ -227,12 +227,23 @@ fn packet(size: usize) -> Bytes {
     Bytes::from(vec![0x5A; size])
 }
 
+/// Whether `cargo bench` runs this binary (it passes `--bench`). Under `cargo test
+/// --benches` criterion runs each benchmark once, and the rest shrinks to a smoke test.
+fn full_run() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// Rounds of warm-up, and of allocation counting.
+fn rounds() -> usize {
+    if full_run() { 2_000 } else { 20 }
+}
+
 /// A connected pair after enough rounds for the congestion window and every buffer to
 /// reach steady state.
 fn warm_bulk(w: Bulk) -> (Pair, Bytes) {
     let mut p = Pair::new(&HostConfig::default());
     let msg = packet(w.size);
-    for _ in 0..2_000 {
+    for _ in 0..rounds() {
         p.bulk_round(&msg, w.batch, TICK);
     }
     (p, msg)
@@ -341,7 +352,8 @@ fn bench_game(c: &mut Criterion) {
 /// Heap allocations per delivered message in steady state, counted outside criterion.
 fn report_allocations() {
     eprintln!();
-    eprintln!("allocations per message, steady state (2,000 rounds after 2,000 of warm-up):");
+    let n = rounds();
+    eprintln!("allocations per message, steady state ({n} rounds after {n} of warm-up):");
     eprintln!(
         "{:<28} {:>10} {:>12} {:>14} {:>14} {:>12}",
         "workload", "messages", "allocations", "allocs/msg", "alloc B/msg", "wire B/msg"
@@ -360,7 +372,7 @@ fn report_allocations() {
         let (mut p, msg) = warm_bulk(w);
         let (before, sent_a, sent_b) = (p.at_b.messages, p.a.stats().bytes_sent, p.b.stats().bytes_sent);
         let region = Region::new(GLOBAL);
-        for _ in 0..2_000 {
+        for _ in 0..rounds() {
             p.bulk_round(&msg, w.batch, TICK);
         }
         let s = region.change();
@@ -370,7 +382,7 @@ fn report_allocations() {
     let mut game = Game::new();
     let (before, sent_a, sent_b) = (game.delivered(), game.p.a.stats().bytes_sent, game.p.b.stats().bytes_sent);
     let region = Region::new(GLOBAL);
-    for _ in 0..(2_000 / GAME_TICKS) {
+    for _ in 0..(rounds() as u64).div_ceil(GAME_TICKS) {
         game.run();
     }
     let s = region.change();

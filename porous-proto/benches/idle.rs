@@ -1,2 +1,229 @@
-//! Placeholder.
-fn main() {}
+//! Idle scale (issue 9): one server `Host` holding 100, 1,000 and 10,000 connected idle
+//! peers, in memory.
+//!
+//! The clients are emulated by one client `Host` that connects to a distinct alias of the
+//! server per client; the harness rewrites addresses on the way, so the server sees each
+//! client at its own address and holds a full, independent peer for each. Clients connect
+//! spread evenly over one keepalive interval (500 ms), as real clients arrive at random
+//! times, and the pair then idles for 2 s so every timer is in its steady rhythm. Both
+//! sides keep the connections alive with the default pings; nothing else is sent.
+//!
+//! Criterion groups (time is the server's only; the clients' work is not counted):
+//!
+//! - `idle/step_nothing_due/{n}`: one `Host::step` when no timer is due (called again at
+//!   the instant of the last step): the fixed cost of stepping, which must not grow with
+//!   idle peers;
+//! - `idle/tick_1ms/{n}`: one 1 ms engine tick of the server in the keepalive rhythm:
+//!   `handle_datagram` for what the clients sent, `step`, `poll_transmit`, `poll_event`.
+//!   A keepalive round is 500 ticks; the cost per peer per round is `500 x tick / n`.
+//!
+//! After the groups, the bench prints the heap memory the server holds per idle peer,
+//! counted by a global allocator: live bytes of the server with `n` peers, minus those of
+//! a server with none, divided by `n`.
+//!
+//! `cargo bench -p porous-proto --bench idle`; see `docs/performance.md`.
+
+use std::alloc::System;
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, Throughput};
+use porous_proto::{Event, Host, HostConfig};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Idle peer counts: those of the issue under `cargo bench` (which passes `--bench`), two
+/// small ones for a smoke run under `cargo test --benches`.
+fn sizes() -> &'static [usize] {
+    if std::env::args().any(|a| a == "--bench") { &[100, 1_000, 10_000] } else { &[20, 40] }
+}
+const TICK: Duration = Duration::from_millis(1);
+/// The default keepalive interval, over which connections are spread.
+const SPREAD_TICKS: usize = 500;
+
+fn rng(seed: u64) -> rand_pcg::Pcg32 {
+    rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
+}
+
+fn config() -> HostConfig {
+    let mut c = HostConfig::default();
+    c.max_peers = 20_000;
+    c
+}
+
+const CLIENT_BASE: u32 = u32::from_be_bytes([10, 1, 0, 0]);
+const ALIAS_BASE: u32 = u32::from_be_bytes([10, 2, 0, 0]);
+
+/// Where the server sees client `i`.
+fn client_addr(i: usize) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(CLIENT_BASE + i as u32), 7000))
+}
+
+/// Where client `i` sees the server.
+fn alias(i: usize) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ALIAS_BASE + i as u32), 7000))
+}
+
+fn index(addr: SocketAddr, base: u32) -> usize {
+    match addr {
+        SocketAddr::V4(a) => (u32::from(*a.ip()) - base) as usize,
+        SocketAddr::V6(_) => unreachable!("the harness only uses IPv4"),
+    }
+}
+
+/// A server with `n` idle clients, emulated by one client host.
+struct Idle {
+    server: Host,
+    client: Host,
+    now: Instant,
+    /// Datagrams from the clients, as the server sees them, and to the clients.
+    to_server: VecDeque<(SocketAddr, Bytes)>,
+    to_clients: VecDeque<(SocketAddr, Bytes)>,
+    connected: usize,
+}
+
+impl Idle {
+    fn new(n: usize) -> Self {
+        let mut s = Self {
+            server: Host::new(config(), rng(1)).expect("valid config"),
+            client: Host::new(config(), rng(2)).expect("valid config"),
+            now: Instant::now(),
+            to_server: VecDeque::new(),
+            to_clients: VecDeque::new(),
+            connected: 0,
+        };
+        let per_tick = n.div_ceil(SPREAD_TICKS);
+        let mut next = 0;
+        while next < n {
+            for i in next..(next + per_tick).min(n) {
+                s.client.connect(s.now, alias(i)).expect("connect");
+            }
+            next += per_tick;
+            s.client_tick();
+            s.server_tick();
+        }
+        // Two more seconds: the last handshakes finish and every keepalive is in rhythm.
+        for _ in 0..2_000 {
+            s.client_tick();
+            s.server_tick();
+        }
+        assert_eq!(s.connected, n, "every client connected");
+        assert_eq!(s.server.stats().peers, n);
+        s
+    }
+
+    /// The clients' side of a tick: the clock advances, the clients take what the server
+    /// sent, step, and send.
+    fn client_tick(&mut self) {
+        self.now += TICK;
+        while let Some((to, payload)) = self.to_clients.pop_front() {
+            self.client.handle_datagram(self.now, alias(index(to, CLIENT_BASE)), &payload);
+        }
+        self.client.step(self.now);
+        while let Some(t) = self.client.poll_transmit() {
+            self.to_server.push_back((client_addr(index(t.remote, ALIAS_BASE)), t.payload));
+        }
+        while self.client.poll_event().is_some() {}
+    }
+
+    /// The server's side of a tick (what the benchmark times).
+    fn server_tick(&mut self) {
+        while let Some((from, payload)) = self.to_server.pop_front() {
+            self.server.handle_datagram(self.now, from, &payload);
+        }
+        self.server.step(self.now);
+        while let Some(t) = self.server.poll_transmit() {
+            self.to_clients.push_back((t.remote, t.payload));
+        }
+        while let Some(e) = self.server.poll_event() {
+            match e {
+                Event::Connected { .. } => self.connected += 1,
+                Event::Disconnected { peer, reason } => panic!("{peer} disconnected: {reason}"),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn bench_idle(c: &mut Criterion) {
+    let mut nothing = c.benchmark_group("idle/step_nothing_due");
+    nothing.throughput(Throughput::Elements(1));
+    let mut setups: Vec<(usize, Idle)> = sizes().iter().map(|&n| (n, Idle::new(n))).collect();
+    for (n, idle) in &mut setups {
+        let now = idle.now;
+        nothing.bench_with_input(BenchmarkId::from_parameter(*n), n, |b, _| b.iter(|| idle.server.step(now)));
+    }
+    nothing.finish();
+
+    let mut tick = c.benchmark_group("idle/tick_1ms");
+    for (n, idle) in &mut setups {
+        tick.throughput(Throughput::Elements(*n as u64));
+        let mut ticks = 0u64;
+        let mut sent = 0u64;
+        let before = idle.server.stats().datagrams_sent;
+        tick.bench_with_input(BenchmarkId::from_parameter(*n), n, |b, _| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    idle.client_tick();
+                    let start = Instant::now();
+                    idle.server_tick();
+                    total += start.elapsed();
+                }
+                ticks += iters;
+                total
+            });
+        });
+        sent += idle.server.stats().datagrams_sent - before;
+        assert_eq!(idle.server.stats().peers, *n, "no idle peer timed out");
+        eprintln!(
+            "idle/tick_1ms/{n}: {sent} datagrams from the server in {ticks} ticks: {:.2} per peer per second",
+            sent as f64 / *n as f64 / (ticks as f64 / 1000.0)
+        );
+    }
+    tick.finish();
+}
+
+/// Live heap bytes (allocated and not freed) since `region` began.
+fn live(region: &Region<'_, System>) -> i64 {
+    let s = region.change();
+    s.bytes_allocated as i64 - s.bytes_deallocated as i64
+}
+
+fn report_memory() {
+    eprintln!();
+    eprintln!("heap held by the server per idle peer (live bytes with n peers minus with none, / n):");
+    eprintln!("{:>8} {:>14} {:>16} {:>18}", "peers", "server bytes", "bytes per peer", "marginal per peer");
+    let region = Region::new(GLOBAL);
+    let mut empty = Host::new(config(), rng(1)).expect("valid config");
+    empty.step(Instant::now());
+    let base = live(&region);
+    drop(empty);
+    let mut prev: Option<(usize, i64)> = None;
+    for &n in sizes() {
+        let region = Region::new(GLOBAL);
+        let Idle { server, client, to_server, to_clients, .. } = Idle::new(n);
+        drop((client, to_server, to_clients));
+        let held = live(&region);
+        let per = (held - base) as f64 / n as f64;
+        let marginal =
+            prev.map_or(String::from("-"), |(pn, ph)| format!("{:.0}", (held - ph) as f64 / (n - pn) as f64));
+        eprintln!("{n:>8} {held:>14} {per:>16.0} {marginal:>18}");
+        prev = Some((n, held));
+        drop(server);
+    }
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    bench_idle(&mut c);
+    report_memory();
+    c.final_summary();
+}
