@@ -17,18 +17,15 @@ use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
+use crate::arena::Arena;
 use crate::config::{ConfigError, HostConfig, SequenceStart};
 use crate::cookie::CookieJar;
 use crate::event::{ConnectError, Event, PeerId, SendError, Transmit};
 use crate::peer::{self, Io, Peer};
 use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
 use crate::wire::{self, Control, DecodeError, Key, KeyClass, SendMode};
-
-/// Size of the buffers datagrams are copied into and encoded in; slices of them become the
-/// `Bytes` of received packets and transmits, so they are reused once those are dropped.
-const ARENA: usize = 64 * 1024;
 
 #[derive(Debug)]
 struct Slot {
@@ -105,8 +102,8 @@ pub struct Host {
     dirty: Vec<u32>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
-    recv_arena: BytesMut,
-    send_arena: BytesMut,
+    recv_arena: Arena,
+    send_arena: Arena,
     last_now: Option<Instant>,
     last_step: Option<Instant>,
     step_interval: Duration,
@@ -144,8 +141,8 @@ impl Host {
             dirty: Vec::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
-            recv_arena: BytesMut::new(),
-            send_arena: BytesMut::new(),
+            recv_arena: Arena::default(),
+            send_arena: Arena::default(),
             last_now: None,
             last_step: None,
             step_interval: Duration::ZERO,
@@ -275,11 +272,9 @@ impl Host {
         let result = if ty & 0x80 == 0 {
             // A data datagram: copy it once into the receive arena; packets delivered
             // from it are slices of that copy.
-            if self.recv_arena.capacity() - self.recv_arena.len() < datagram.len() {
-                self.recv_arena.reserve(ARENA.max(datagram.len()));
-            }
-            self.recv_arena.extend_from_slice(datagram);
-            let bytes: Bytes = self.recv_arena.split().freeze();
+            let buf = self.recv_arena.room(datagram.len());
+            buf.extend_from_slice(datagram);
+            let bytes: Bytes = buf.split().freeze();
             peer.handle_data(now, &bytes, &self.config.peer, &mut io)
         } else {
             peer.handle_control(now, ty, datagram, &self.config.peer, &mut io)

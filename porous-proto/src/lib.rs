@@ -28,6 +28,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod arena;
 mod channel;
 mod config;
 mod cookie;

@@ -320,7 +320,7 @@ impl ChannelReceiver {
     /// Budget bytes storing `m` would add (0 for old ids, duplicates and control
     /// messages on existing entries).
     pub(crate) fn memory_need(&self, m: &Message<'_>) -> usize {
-        if !self.is_new(m.id) {
+        if !self.is_new(m.id) || self.is_next_whole(m) {
             return 0;
         }
         let existing = self.find(m.id).ok().and_then(|i| self.queue.get(i));
@@ -329,6 +329,33 @@ impl ChannelReceiver {
             (MessageKind::Fragment(_), Some(e)) if !matches!(e.body, Body::Empty) => 0,
             (MessageKind::Fragment(_), _) => charge(m, self.fragment_size),
         }
+    }
+
+    /// Whether `m` is the packet to deliver next, whole, with nothing queued: the in-order
+    /// case, which [`ChannelReceiver::deliver_now`] hands over without the queue or the
+    /// budget.
+    fn is_next_whole(&self, m: &Message<'_>) -> bool {
+        self.queue.is_empty()
+            && m.id == self.base
+            && m.fragment.count == 1
+            && matches!(m.kind, MessageKind::Fragment(_))
+            && m.payload.len() <= self.fragment_size
+            && self.dependency_met(m.id, m.dependency)
+    }
+
+    /// Delivers `m` at once if it is the next packet, whole, and nothing is queued; returns
+    /// it with its mode. Otherwise `m` must go through [`ChannelReceiver::on_message`].
+    pub(crate) fn deliver_now(
+        &mut self,
+        m: &Message<'_>,
+        payload: impl FnOnce() -> Bytes,
+    ) -> Option<(Bytes, SendMode)> {
+        let MessageKind::Fragment(mode) = m.kind else { return None };
+        if !self.is_next_whole(m) {
+            return None;
+        }
+        self.advance(SeqSpace::PACKET.add(m.id, 1));
+        Some((payload(), mode))
     }
 
     /// Stores a fragment or sentinel message. `payload` is `m.payload` as shared bytes;

@@ -94,22 +94,24 @@ impl ChannelSender {
             self.last_reliable = Some(id);
         }
         let count = self.fragments_for(data.len());
-        for index in 0..count {
-            let from = index * self.fragment_size;
-            let to = (from + self.fragment_size).min(data.len());
-            let fragment =
-                if count == 1 { Fragment::WHOLE } else { Fragment { index: index as u32, count: count as u32 } };
-            sink.enqueue(
-                self.priority,
-                OutMessage {
-                    kind: MessageKind::Fragment(mode),
-                    channel: self.index,
-                    id,
-                    dependency,
-                    fragment,
-                    payload: data.slice(from..to),
-                },
-            );
+        let message = |fragment, payload| OutMessage {
+            kind: MessageKind::Fragment(mode),
+            channel: self.index,
+            id,
+            dependency,
+            fragment,
+            payload,
+        };
+        if count == 1 {
+            // The caller's buffer itself: no slice, no reference count to touch.
+            sink.enqueue(self.priority, message(Fragment::WHOLE, data));
+        } else {
+            for index in 0..count {
+                let from = index * self.fragment_size;
+                let to = (from + self.fragment_size).min(data.len());
+                let fragment = Fragment { index: index as u32, count: count as u32 };
+                sink.enqueue(self.priority, message(fragment, data.slice(from..to)));
+            }
         }
         if mode == SendMode::Unreliable && s.is_spaced(id, self.params.ack_spacing) {
             sink.enqueue(

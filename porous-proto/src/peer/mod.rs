@@ -34,15 +34,16 @@ mod session;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
+use crate::arena::Arena;
 use crate::config::PeerConfig;
 use crate::event::{DisconnectReason, Event, PeerId, SendError, Transmit};
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, SendMode};
 pub(crate) use negotiate::{Params, negotiate, refusal, request};
 pub(crate) use session::memory_bound;
-use session::{InitialWindows, Session};
+use session::{FrameMessages, InitialWindows, Session};
 
 /// The longest interval between handshake or disconnection retries.
 const MAX_RETRY: Duration = Duration::from_secs(1);
@@ -52,15 +53,15 @@ pub(crate) struct Io<'a> {
     pub(crate) id: PeerId,
     pub(crate) transmits: &'a mut std::collections::VecDeque<Transmit>,
     pub(crate) events: &'a mut std::collections::VecDeque<Event>,
-    pub(crate) out: &'a mut BytesMut,
+    pub(crate) out: &'a mut Arena,
 }
 
 impl Io<'_> {
     /// Encodes a control datagram for `remote`.
     pub(crate) fn control(&mut self, remote: SocketAddr, c: &Control, key: Key) {
-        self.out.reserve(wire::REQUEST_SIZE);
-        let n = c.encode(key, self.out);
-        let payload = self.out.split_to(n).freeze();
+        let out = self.out.room(wire::REQUEST_SIZE);
+        let n = c.encode(key, out);
+        let payload = out.split_to(n).freeze();
         self.transmits.push_back(Transmit { remote, payload });
     }
 
@@ -407,7 +408,8 @@ impl Peer {
             self.connected(now, cfg, io);
         }
         let Some(session) = self.session.as_mut() else { return Ok(()) };
-        let data = match session.decode(datagram) {
+        let mut msgs = FrameMessages::new();
+        let data = match session.decode(datagram, &mut msgs) {
             Ok(d) => d,
             Err(e) => {
                 self.malformed += 1;
@@ -415,7 +417,7 @@ impl Peer {
             }
         };
         self.last_recv = now;
-        session.process(now, &data, datagram, io.id, io.events);
+        session.process(now, &data, &msgs, datagram, io.id, io.events);
         if session.transfer.misbehaving() {
             if let Some((key, _)) = self.keys() {
                 io.control(self.remote, &Control::Disconnect, key);

@@ -10,8 +10,10 @@
 
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use smallvec::SmallVec;
+
+use crate::arena::Arena;
 
 use super::negotiate::Params;
 use crate::channel::{
@@ -22,7 +24,7 @@ use crate::config::PeerConfig;
 use crate::event::{Event, PeerId, SendError};
 use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, WINDOW_ACK_SPACING};
 use crate::transfer::{IdPolicy, MESSAGE_OVERHEAD, OutMessage, Priority, SPAN_COST, Transfer, TransferConfig};
-use crate::wire::{ConnectRequest, Data, DecodeError, Expand, Fragment, Key, MessageKind, SendMode};
+use crate::wire::{ConnectRequest, Data, DecodeError, Expand, Fragment, Key, Message, MessageKind, SendMode};
 
 /// Counters of the data path beyond the transfer layer's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,26 +107,9 @@ struct Admit {
     progress: SmallVec<[usize; 4]>,
 }
 
-/// The channels' receive window bases as they were before a datagram, so its messages can
-/// be expanded again while the channels change.
-struct Bases {
-    bases: [u32; 256],
-}
-
-impl Expand for Bases {
-    fn frame_id(&self, truncated: u32, _bytes: u32) -> u32 {
-        truncated
-    }
-
-    fn ack_largest(&self, truncated: u16) -> u32 {
-        u32::from(truncated)
-    }
-
-    fn packet_id(&self, channel: u8, truncated: u16) -> u32 {
-        let base = self.bases.get(usize::from(channel)).copied().unwrap_or(0);
-        crate::seq::SeqSpace::PACKET.expand(u32::from(truncated), 16, base)
-    }
-}
+/// The messages of one verified frame, decoded once. Inline up to a full datagram of
+/// 32-byte messages; a frame of many tiny ones spills to the heap.
+pub(crate) type FrameMessages<'d> = SmallVec<[Message<'d>; 64]>;
 
 /// The sending channels decide how wide each id must be.
 struct Ids<'s>(&'s [Channel]);
@@ -242,9 +227,16 @@ impl Session {
         }
     }
 
-    /// Decodes and verifies a connection datagram against the current windows.
-    pub(crate) fn decode<'d>(&self, datagram: &'d [u8]) -> Result<Data<'d>, DecodeError> {
-        Data::decode(datagram, self.recv_key, &Windows { transfer: &self.transfer, channels: &self.channels })
+    /// Decodes and verifies a connection datagram against the current windows, collecting
+    /// its messages in `msgs` (cleared first).
+    pub(crate) fn decode<'d>(&self, datagram: &'d [u8], msgs: &mut FrameMessages<'d>) -> Result<Data<'d>, DecodeError> {
+        msgs.clear();
+        let windows = Windows { transfer: &self.transfer, channels: &self.channels };
+        let data = Data::decode_with(datagram, self.recv_key, &windows, |m| msgs.push(m));
+        if data.is_err() {
+            msgs.clear();
+        }
+        data
     }
 
     /// Processes a verified datagram; delivered packets become events for `peer`.
@@ -252,33 +244,30 @@ impl Session {
         &mut self,
         now: Instant,
         data: &Data<'_>,
+        msgs: &[Message<'_>],
         datagram: &Bytes,
         peer: PeerId,
         events: &mut impl Extend<Event>,
     ) {
-        let mut bases = Bases { bases: [0; 256] };
-        for (b, ch) in bases.bases.iter_mut().zip(&self.channels) {
-            *b = ch.recv.window_base();
-        }
         self.transfer.on_datagram(now, data, datagram.len());
         let Some(k) = data.frame_id else { return };
         if !self.transfer.frame_in_window(k) {
             return;
         }
-        let admit = self.admit(data, &bases);
+        let admit = self.admit(msgs);
         if admit.whole {
             self.transfer.accept_frame(k);
         } else {
             self.counters.frames_refused += 1;
         }
         let mut touched = [0u64; 4];
-        for (j, m) in data.messages(&bases).enumerate() {
+        for (j, m) in msgs.iter().enumerate() {
             let exempt = admit.progress.contains(&j);
             // Of a frame refused, progress messages and fragments for room already
             // reserved; never control messages, which the resent frame brings again.
             if !admit.whole && !exempt {
                 let reserved = matches!(m.kind, MessageKind::Fragment(_))
-                    && self.channels.get(usize::from(m.channel)).is_some_and(|c| c.recv.memory_need(&m) == 0);
+                    && self.channels.get(usize::from(m.channel)).is_some_and(|c| c.recv.memory_need(m) == 0);
                 if !reserved {
                     continue;
                 }
@@ -294,7 +283,12 @@ impl Session {
                 }
                 continue;
             }
-            match ch.recv.on_message(&m, share(datagram, m.payload), &mut self.budget, exempt) {
+            if let Some((data, mode)) = ch.recv.deliver_now(m, || share(datagram, m.payload)) {
+                self.counters.packets_received += 1;
+                events.extend(Some(Event::Received { peer, channel: i, mode, data }));
+                continue;
+            }
+            match ch.recv.on_message(m, share(datagram, m.payload), &mut self.budget, exempt) {
                 Ok(true) => {
                     if let Some(w) = touched.get_mut(i / 64) {
                         *w |= 1 << (i % 64);
@@ -329,11 +323,11 @@ impl Session {
     /// progress they made (a packet completed and delivered) frees the room the rest
     /// needs. Storing nothing would deadlock: the fragment that completes the packet the
     /// channel waits for can share a frame with packets that wait behind it.
-    fn admit(&mut self, data: &Data<'_>, bases: &Bases) -> Admit {
+    fn admit(&mut self, msgs: &[Message<'_>]) -> Admit {
         let mut need = 0;
-        for m in data.messages(bases) {
+        for m in msgs {
             if let Some(ch) = self.channels.get(usize::from(m.channel)) {
-                need += ch.recv.memory_need(&m);
+                need += ch.recv.memory_need(m);
             }
         }
         // Nothing new to hold is always fine, even when progress has taken the budget
@@ -345,7 +339,7 @@ impl Session {
         let mut granted = [0u64; 4];
         let mut progress = SmallVec::new();
         need = 0;
-        for (i, m) in data.messages(bases).enumerate() {
+        for (i, m) in msgs.iter().enumerate() {
             let c = m.channel;
             let Some(ch) = self.channels.get(usize::from(c)) else { continue };
             let mk = match marks.iter().find(|(k, _)| *k == c) {
@@ -357,7 +351,7 @@ impl Session {
                 }
             };
             let (word, bit) = (usize::from(c / 64), 1u64 << (c % 64));
-            match ch.recv.admission(&m, &mk) {
+            match ch.recv.admission(m, &mk) {
                 Admission::Free => {}
                 Admission::Progress if granted.get(word).is_some_and(|w| w & bit == 0) => {
                     if let Some(w) = granted.get_mut(word) {
@@ -365,7 +359,7 @@ impl Session {
                     }
                     progress.push(i);
                 }
-                Admission::Progress => need += ch.recv.memory_need(&m),
+                Admission::Progress => need += ch.recv.memory_need(m),
                 Admission::Needs(n) => need += n,
             }
         }
@@ -386,7 +380,7 @@ impl Session {
     }
 
     /// Runs timers and writes every datagram the windows allow now.
-    pub(crate) fn flush(&mut self, now: Instant, out: &mut BytesMut, mut emit: impl FnMut(Bytes)) {
+    pub(crate) fn flush(&mut self, now: Instant, arena: &mut Arena, mut emit: impl FnMut(Bytes)) {
         self.transfer.on_timeout(now);
         for (i, ch) in self.channels.iter_mut().enumerate() {
             if let Some(m) = ch.recv.take_window_ack() {
@@ -405,7 +399,7 @@ impl Session {
             }
         }
         loop {
-            out.reserve(self.params.mtu);
+            let out = arena.room(self.params.mtu);
             let ids = Ids(&self.channels);
             let Some(n) = self.transfer.poll_datagram(now, self.send_key, &ids, out) else { break };
             emit(out.split_to(n).freeze());

@@ -91,6 +91,11 @@ pub(crate) struct InFlight {
     sent: VecDeque<Sent>,
     next_serial: u64,
     flight: usize,
+    /// Frames in flight or lost, and of those the lost ones: kept as counts so that the
+    /// per-datagram questions (anything outstanding? anything to resend?) do not walk
+    /// the queue.
+    live: usize,
+    lost: usize,
 }
 
 impl InFlight {
@@ -106,6 +111,8 @@ impl InFlight {
             sent: VecDeque::new(),
             next_serial: 0,
             flight: 0,
+            live: 0,
+            lost: 0,
         }
     }
 
@@ -132,16 +139,24 @@ impl InFlight {
 
     /// Frames not yet done (in flight or lost).
     pub(crate) fn outstanding(&self) -> usize {
-        self.frames.iter().filter(|f| matches!(f.state, State::InFlight | State::Lost)).count()
+        debug_assert_eq!(
+            (self.live, self.lost),
+            (
+                self.frames.iter().filter(|f| matches!(f.state, State::InFlight | State::Lost)).count(),
+                self.frames.iter().filter(|f| f.state == State::Lost).count()
+            ),
+            "frame counts out of step with the queue"
+        );
+        self.live
     }
 
-    /// Whether a new frame would still fall inside the transfer window of `window` frames.
     /// Frames or message slots held from the oldest outstanding frame, whichever is more
     /// (the transmission log is kept below twice the frames).
     pub(crate) fn span(&self) -> usize {
         self.frames.len().max(self.store.len())
     }
 
+    /// Whether a new frame would still fall inside the transfer window of `window` frames.
     pub(crate) fn window_open(&self, window: u32) -> bool {
         SeqSpace::FRAME.distance(self.k_b, self.next) < window
     }
@@ -190,6 +205,7 @@ impl InFlight {
             transmissions: 1,
         });
         self.flight += size;
+        self.live += 1;
         id
     }
 
@@ -231,6 +247,9 @@ impl InFlight {
     /// The first lost frame whose end lies inside `cwnd`, measured from the front of the
     /// queue (spec §3.1: resends only inside the congestion window).
     pub(crate) fn first_resendable(&self, cwnd: usize) -> Option<&Frame> {
+        if self.lost == 0 {
+            return None;
+        }
         let mut cumulative = 0;
         for f in &self.frames {
             if f.state == State::Done {
@@ -253,6 +272,9 @@ impl InFlight {
         let serial = self.take_serial(id, now);
         let Some(f) = self.frames.get_mut(i) else { return };
         self.flight = self.flight - f.size + size;
+        if f.state == State::Lost {
+            self.lost -= 1;
+        }
         f.size = size;
         f.state = State::InFlight;
         f.serial = serial;
@@ -269,8 +291,10 @@ impl InFlight {
         match f.state {
             State::Done => return None,
             State::Skipped => return Some(Outcome::Skipped),
-            State::InFlight | State::Lost => {}
+            State::InFlight => {}
+            State::Lost => self.lost -= 1,
         }
+        self.live -= 1;
         let acked_serial = f.serial;
         let sent_once = (f.transmissions == 1).then_some((f.serial, f.sent_at));
         f.state = State::Done;
@@ -380,12 +404,14 @@ impl InFlight {
                 f.reliable = true;
                 f.state = State::Lost;
             }
+            self.lost += 1;
             if reliable { Outcome::ToResend } else { Outcome::Sentinel }
         } else {
             self.flight -= old;
             if let Some(f) = self.frames.get_mut(i) {
                 f.state = State::Done;
             }
+            self.live -= 1;
             Outcome::Discarded
         };
         Some(outcome)
@@ -421,6 +447,8 @@ impl InFlight {
         self.frames.clear();
         self.sent.clear();
         self.flight = 0;
+        self.live = 0;
+        self.lost = 0;
         self.k_b = self.next;
     }
 }

@@ -390,7 +390,7 @@ impl Transfer {
     fn assemble(&mut self, now: Instant, ids: &impl IdPolicy, budget: usize, room: usize) -> Option<(u32, usize)> {
         let first = self.inflight.store_end();
         let mut run = RunContext::default();
-        let (mut used, mut explicit, mut count, mut reliable) = (0, 0, 0, false);
+        let (mut used, mut explicit, mut count, mut reliable, mut last_length) = (0, 0, 0, false, 0);
         while let Some((priority, m)) = self.queues.front() {
             let w = m.as_wire();
             let len = run.encoded_len(&w, ids.short_id(m.channel, m.id), false);
@@ -403,6 +403,7 @@ impl Transfer {
             explicit += exp;
             count += 1;
             reliable |= m.is_reliable();
+            last_length = RunContext::length_field_len(&w);
             if let Some(m) = self.queues.pop(priority) {
                 self.inflight.store_message(m);
             }
@@ -412,7 +413,8 @@ impl Transfer {
         }
         self.maybe_skip(now, first);
         // The exact size: the last message carries no length field.
-        let len = self.messages_len(&(first..self.inflight.store_end()), ids);
+        let len = used - last_length;
+        debug_assert_eq!(len, self.messages_len(&(first..self.inflight.store_end()), ids));
         let id = self.inflight.push(first, reliable, FRAME_BASE + len, now);
         Some((id, len))
     }

@@ -261,12 +261,24 @@ impl<'a> Data<'a> {
     /// The caller must not change the state `ctx` reads until it has finished iterating
     /// [`Data::messages`], which expands ids again.
     pub fn decode(datagram: &'a [u8], key: Key, ctx: &impl Expand) -> Result<Self, DecodeError> {
+        Self::decode_with(datagram, key, ctx, |_| {})
+    }
+
+    /// [`Data::decode`], handing each message to `each` as verification decodes it, so a
+    /// receiver needs no second pass. Nothing may act on the messages before this returns
+    /// `Ok`: the check is verified last.
+    pub(crate) fn decode_with(
+        datagram: &'a [u8],
+        key: Key,
+        ctx: &impl Expand,
+        each: impl FnMut(Message<'a>),
+    ) -> Result<Self, DecodeError> {
         let ty = super::peek_type(datagram)?;
         if ty & 0x80 != 0 {
             return Err(DecodeError::UnknownType(ty));
         }
         let (body, check) = datagram.split_at(datagram.len() - CHECK_LEN);
-        let (data, computed) = Self::parse(body, key, ctx)?;
+        let (data, computed) = Self::parse(body, key, ctx, each)?;
         if computed.to_le_bytes() != check {
             return Err(DecodeError::BadChecksum);
         }
@@ -281,13 +293,18 @@ impl<'a> Data<'a> {
         match body.first() {
             None => Err(DecodeError::TooShort { len: 0 }),
             Some(&ty) if ty & 0x80 != 0 => Err(DecodeError::UnknownType(ty)),
-            Some(_) => Data::parse(body, key, ctx).map(|(_, c)| c),
+            Some(_) => Data::parse(body, key, ctx, |_| {}).map(|(_, c)| c),
         }
     }
 
     /// Parses and validates `body` (type byte up to the check), expanding ids with `ctx`;
     /// returns the datagram and the check computed over it.
-    fn parse(body: &'a [u8], key: Key, ctx: &impl Expand) -> Result<(Self, u32), DecodeError> {
+    fn parse(
+        body: &'a [u8],
+        key: Key,
+        ctx: &impl Expand,
+        mut each: impl FnMut(Message<'a>),
+    ) -> Result<(Self, u32), DecodeError> {
         let mut v = Verify { input: body, checked: 0, check: Check::new(key) };
         let mut r = Reader::new(body);
         let ty = r.u8(Field::Type)?;
@@ -334,7 +351,7 @@ impl<'a> Data<'a> {
             // Message positions are relative to the messages region.
             let mut shifted = Shift { inner: &mut v, offset };
             while !mr.is_empty() {
-                run.decode(&mut mr, &mut expand, &mut shifted)?;
+                each(run.decode(&mut mr, &mut expand, &mut shifted)?);
             }
         } else if !messages.is_empty() {
             return Err(DecodeError::TrailingBytes);

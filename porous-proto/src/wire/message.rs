@@ -28,7 +28,7 @@
 
 use bytes::BufMut;
 
-use super::codec::{Reader, put_uint, put_varint, varint_len};
+use super::codec::{Reader, varint_len};
 use super::{DecodeError, Field};
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 
@@ -138,6 +138,41 @@ struct Plan {
     fragmented: bool,
 }
 
+/// The fields of one message before its payload: at most a header, a channel, a 3-byte id
+/// and four 5-byte varints.
+#[derive(Default)]
+struct Fields {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl Fields {
+    fn put(&mut self, b: u8) {
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
+    }
+
+    fn put_all(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.put(b);
+        }
+    }
+
+    fn varint(&mut self, mut v: u32) {
+        while v >= 0x80 {
+            self.put((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.put(v as u8);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
+    }
+}
+
 /// Callback for the full value of every truncated id: gets the reader/writer position
 /// right after the truncated field and the full value.
 pub(crate) trait Implicit {
@@ -232,8 +267,35 @@ impl RunContext {
     /// Size of `m` encoded with every field explicit: an upper bound of its size in any
     /// context, used to guarantee a frame still fits after messages are removed from it.
     pub fn explicit_len(m: &Message<'_>) -> usize {
-        // No run context, wide id, explicit length: every field at its largest.
-        Self::default().encoded_len(m, false, false)
+        // What `encoded_len` gives with no run context, a wide id and an explicit length
+        // (the test below holds the two together), without planning: header, channel and
+        // a 3-byte id, then the fields that vary.
+        let dependency = match m.kind {
+            MessageKind::WindowAck => 0,
+            _ if m.dependency < 2 => 0,
+            _ => varint_len(m.dependency),
+        };
+        let body = match m.kind {
+            MessageKind::Fragment(_) => {
+                let fragment = if m.fragment.count > 1 {
+                    varint_len(m.fragment.index) + varint_len(m.fragment.count - 2)
+                } else {
+                    0
+                };
+                fragment + varint_len(m.payload.len() as u32) + m.payload.len()
+            }
+            _ => 0,
+        };
+        5 + dependency + body
+    }
+
+    /// Bytes the length field of `m` takes when it is not the last message of its frame
+    /// (the last one omits it): `encoded_len(m, _, false) - encoded_len(m, _, true)`.
+    pub fn length_field_len(m: &Message<'_>) -> usize {
+        match m.kind {
+            MessageKind::Fragment(_) => varint_len(m.payload.len() as u32),
+            _ => 0,
+        }
     }
 
     /// Appends `m` to `out` and advances the context.
@@ -248,28 +310,40 @@ impl RunContext {
         let p = self.plan(m, short_id);
         let header =
             if last { p.header } else { p.header | if matches!(m.kind, MessageKind::Fragment(_)) { L } else { 0 } };
-        out.put_u8(header);
+        // The fields go into a small buffer first and into `out` in one copy: a buffer
+        // write per field costs more than the field.
+        let mut fields = Fields::default();
+        fields.put(header);
+        let mut implicit_at = None;
         if p.explicit_id {
-            out.put_u8(m.channel);
+            fields.put(m.channel);
+            let id = m.id.to_le_bytes();
             if p.wide {
-                put_uint(out, m.id, 3);
+                fields.put_all(id.get(..3).unwrap_or_default());
             } else {
-                put_uint(out, m.id, 2);
-                implicit.implicit(out.as_ref().len(), m.id);
+                fields.put_all(id.get(..2).unwrap_or_default());
+                implicit_at = Some(fields.len);
             }
         }
         if p.dependency_varint {
-            put_varint(out, m.dependency);
+            fields.varint(m.dependency);
         }
+        let start = out.as_ref().len();
         if let MessageKind::Fragment(_) = m.kind {
             if p.fragmented {
-                put_varint(out, m.fragment.index);
-                put_varint(out, m.fragment.count - 2);
+                fields.varint(m.fragment.index);
+                fields.varint(m.fragment.count - 2);
             }
             if !last {
-                put_varint(out, m.payload.len() as u32);
+                fields.varint(m.payload.len() as u32);
             }
+            out.put_slice(fields.bytes());
             out.put_slice(m.payload);
+        } else {
+            out.put_slice(fields.bytes());
+        }
+        if let Some(end) = implicit_at {
+            implicit.implicit(start + end, m.id);
         }
         self.observe(m);
     }
@@ -384,6 +458,11 @@ mod tests {
             predicted += ctx.encoded_len(m, short, last);
             ctx.encode(m, short, last, &mut out, &mut NoImplicit);
             assert!(RunContext::explicit_len(m) >= RunContext::default().encoded_len(m, short, last));
+            assert_eq!(RunContext::explicit_len(m), RunContext::default().encoded_len(m, false, false));
+            assert_eq!(
+                ctx.encoded_len(m, short, false) - ctx.encoded_len(m, short, true),
+                RunContext::length_field_len(m)
+            );
         }
         assert_eq!(out.len(), predicted, "encoded_len predicts the bytes");
         let mut r = Reader::new(&out);
