@@ -30,7 +30,9 @@ use crate::wire::{self, Control, DecodeError, Key, KeyClass, SendMode};
 #[derive(Debug)]
 struct Slot {
     generation: u32,
-    peer: Option<Peer>,
+    /// Boxed: a slot is small, so the slot vector's doubling wastes little, and a peer
+    /// never moves when it grows.
+    peer: Option<Box<Peer>>,
     /// The deadline this slot is filed under in the timer heap.
     scheduled: Option<Instant>,
     /// Queued for the next step.
@@ -196,7 +198,7 @@ impl Host {
             }
         };
         if let Some(slot) = self.slots.get_mut(index as usize) {
-            slot.peer = Some(peer);
+            slot.peer = Some(Box::new(peer));
             slot.scheduled = None;
         }
         self.by_addr.insert(addr, index);
@@ -266,7 +268,7 @@ impl Host {
             return;
         };
         let id = self.id_of(index);
-        let Some(peer) = self.slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()) else { return };
+        let Some(peer) = self.slots.get_mut(index as usize).and_then(|s| s.peer.as_deref_mut()) else { return };
         let was_pending = peer.is_pending();
         let mut io = Io { id, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
         let result = if ty & 0x80 == 0 {
@@ -375,7 +377,7 @@ impl Host {
                 slots
                     .get(id.index as usize)
                     .filter(|s| s.generation == id.generation)
-                    .and_then(|s| s.peer.as_ref())
+                    .and_then(|s| s.peer.as_deref())
                     .is_some_and(Peer::is_pending)
             });
         }
@@ -385,7 +387,8 @@ impl Host {
     /// never heard of it.
     fn evict_oldest_pending(&mut self) {
         while let Some(id) = self.pending.pop_front() {
-            let live = self.peer_index(id).and_then(|i| self.slots.get(i)?.peer.as_ref()).is_some_and(Peer::is_pending);
+            let live =
+                self.peer_index(id).and_then(|i| self.slots.get(i)?.peer.as_deref()).is_some_and(Peer::is_pending);
             if live {
                 self.remove(id.index);
                 self.stats.pending_evicted += 1;
@@ -434,7 +437,7 @@ impl Host {
         let id = self.id_of(index);
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
         slot.dirty = false;
-        let Some(peer) = slot.peer.as_mut() else { return };
+        let Some(peer) = slot.peer.as_deref_mut() else { return };
         let was_pending = peer.is_pending();
         let mut io = Io { id, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
         peer.poll(now, self.step_interval, &mut io);
@@ -491,7 +494,7 @@ impl Host {
     /// Queues a packet for `peer` on `channel`. It leaves at the next [`Host::step`].
     pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
         let index = self.peer_index(peer).ok_or(SendError::UnknownPeer)?;
-        let p = self.slots.get_mut(index).and_then(|s| s.peer.as_mut()).ok_or(SendError::UnknownPeer)?;
+        let p = self.slots.get_mut(index).and_then(|s| s.peer.as_deref_mut()).ok_or(SendError::UnknownPeer)?;
         p.send(channel, data, mode)?;
         self.mark_dirty(peer.index);
         Ok(())
@@ -500,7 +503,7 @@ impl Host {
     fn with_peer(&mut self, peer: PeerId, f: impl FnOnce(&mut Peer, Instant, &mut Io<'_>)) {
         let now = self.now();
         let Some(index) = self.peer_index(peer) else { return };
-        let Some(p) = self.slots.get_mut(index).and_then(|s| s.peer.as_mut()) else { return };
+        let Some(p) = self.slots.get_mut(index).and_then(|s| s.peer.as_deref_mut()) else { return };
         let was_pending = p.is_pending();
         let mut io =
             Io { id: peer, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
@@ -526,7 +529,7 @@ impl Host {
     /// A snapshot of a peer's state and counters.
     pub fn peer_stats(&self, peer: PeerId) -> Option<PeerStats> {
         let index = self.peer_index(peer)?;
-        self.slots.get(index)?.peer.as_ref().map(Peer::stats)
+        self.slots.get(index)?.peer.as_deref().map(Peer::stats)
     }
 
     /// The host's counters.
@@ -539,7 +542,7 @@ impl Host {
     /// `docs/security.md`.
     pub fn memory_usage(&self) -> MemoryUsage {
         let mut m = MemoryUsage::default();
-        for peer in self.slots.iter().filter_map(|s| s.peer.as_ref()) {
+        for peer in self.slots.iter().filter_map(|s| s.peer.as_deref()) {
             m.peers += peer.memory();
             m.reassembly += peer.stats().reassembly_bytes;
         }
@@ -581,7 +584,7 @@ impl Host {
 
     #[cfg(feature = "arbitrary")]
     fn peer_at(&self, remote: SocketAddr) -> Option<&Peer> {
-        self.by_addr.get(&remote).and_then(|&i| self.slots.get(i as usize)).and_then(|s| s.peer.as_ref())
+        self.by_addr.get(&remote).and_then(|&i| self.slots.get(i as usize)).and_then(|s| s.peer.as_deref())
     }
 
     /// The id references of the connection with `remote` (see `Session::id_references`).

@@ -205,6 +205,7 @@ impl ChannelReceiver {
     }
 
     /// `m_b`.
+    #[cfg(any(test, feature = "arbitrary"))]
     pub(crate) fn window_base(&self) -> u32 {
         self.base
     }

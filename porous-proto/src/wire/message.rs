@@ -147,6 +147,7 @@ struct Fields {
 }
 
 impl Fields {
+    #[inline]
     fn put(&mut self, b: u8) {
         if let Some(slot) = self.buf.get_mut(self.len) {
             *slot = b;
@@ -154,12 +155,15 @@ impl Fields {
         }
     }
 
+    #[inline]
     fn put_all(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.put(b);
+        if let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) {
+            dst.copy_from_slice(bytes);
+            self.len += bytes.len();
         }
     }
 
+    #[inline]
     fn varint(&mut self, mut v: u32) {
         while v >= 0x80 {
             self.put((v as u8) | 0x80);
