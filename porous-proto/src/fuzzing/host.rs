@@ -27,16 +27,16 @@ use arbitrary::{Arbitrary, Unstructured};
 use bytes::{Bytes, BytesMut};
 use rand_pcg::Pcg32;
 
-use super::wire::arbitrary_request;
+use super::wire::{ack_ranges, arbitrary_request};
 use crate::channel::ENTRY_OVERHEAD;
 use crate::config::{ChannelConfig, HostConfig, SequenceStart};
 use crate::event::{Event, PeerId};
 use crate::host::Host;
-use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, SeqSpace};
+use crate::seq::{PACKET_WINDOW, SeqSpace};
 use crate::stats::PeerState;
 use crate::wire::{
-    self, AckRange, CHECK_LEN, ConnectRequest, Control, DataHeader, DataWriter, Fragment, Key, MAX_ACK_RANGES,
-    MAX_FRAGMENTS, Message, MessageKind, SendMode,
+    self, CHECK_LEN, ConnectRequest, Control, DataHeader, DataWriter, Fragment, Key, MAX_FRAGMENTS, Message,
+    MessageKind, SendMode,
 };
 
 const CLIENT: SocketAddr = addr(1, 5000);
@@ -328,7 +328,7 @@ pub fn host(data: &[u8]) -> usize {
 
 fn run(script: &HostScript) -> usize {
     let cfg = config(script);
-    let make = |seed| Host::new(cfg.clone(), Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)).expect("a valid config");
+    let make = |seed| Host::new(cfg.clone(), Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)).expect("a valid config"); // ok: a fixed config
     let t0 = Instant::now();
     let mut w = World {
         now: t0,
@@ -455,23 +455,10 @@ impl World {
         let from = to.other().addr();
         let Some((recv, send, bases)) = self.hosts[to.index()].id_references(from) else { return };
         let s = SeqSpace::FRAME;
-        let mut acks = Vec::new();
-        if let Some((back, ranges)) = &f.acks {
-            let mut next = s.sub(send, 1 + u32::from(*back));
-            let mut span = 0;
-            for (i, &(gap, len)) in ranges.iter().take(MAX_ACK_RANGES).enumerate() {
-                let gap = if i == 0 { 0 } else { 1 + u32::from(gap) };
-                let len = 1 + u32::from(len);
-                if span + gap + len > FRAME_WINDOW {
-                    break;
-                }
-                span += gap + len;
-                let last = s.sub(next, gap);
-                let first = s.sub(last, len - 1);
-                acks.push(AckRange { first, last });
-                next = s.sub(first, 1);
-            }
-        }
+        let acks = match &f.acks {
+            Some((back, shape)) => ack_ranges(s.sub(send, 1 + u32::from(*back)), shape),
+            None => Vec::new(),
+        };
         let frame = f.frame.map(|off| (s.add(recv, off as i32 as u32), 4));
         if frame.is_none() && f.ping.is_none() && f.ping_ack.is_none() && acks.is_empty() {
             return;
@@ -601,7 +588,7 @@ impl World {
         let (sender, number, ch, seq, m) = (data[0], word(1), usize::from(data[5]), word(6), data[10]);
         assert_eq!(sender, side.other() as u8, "delivered to the side that sent it");
         assert_eq!((ch, m), (channel, mode_byte(mode)), "channel and mode as sent");
-        let book = self.books[side.other().index()].get_mut(&number).expect("a packet from a connection that sent");
+        let book = self.books[side.other().index()].get_mut(&number).expect("a packet from a connection that sent"); // ok: a finding
         assert!(seq < book.next[ch], "a packet never sent");
         if let Some(last) = book.delivered[ch] {
             assert!(seq > last, "channel {ch}: packet {seq} after {last} (duplicated or reordered)");

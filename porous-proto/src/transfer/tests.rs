@@ -121,7 +121,7 @@ fn acks_piggyback_on_data_and_go_first_alone_when_they_do_not_fit() {
     let frames_with_acks = out
         .iter()
         .filter(|d| {
-            let data = Data::decode(d, kba, &Exp(&a)).expect("valid");
+            let data = Data::decode(d, kba, &Exp(&a)).expect("valid"); // ok: test
             data.frame_id.is_some() && data.ack_largest().is_some()
         })
         .count();
