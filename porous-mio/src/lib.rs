@@ -21,8 +21,8 @@
 //! use bytes::Bytes;
 //! use porous_mio::{Event, Host, HostConfig, SendMode};
 //!
-//! # fn main() -> std::io::Result<()> {
-//! let mut server = Host::bind("127.0.0.1:7777".parse().unwrap(), HostConfig::default())?;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut server = Host::bind("127.0.0.1:7777".parse()?, HostConfig::default())?;
 //! loop {
 //!     if let Some(event) = server.service(Duration::from_millis(100))? {
 //!         match event {

@@ -62,15 +62,16 @@ struct Slot {
 /// use bytes::Bytes;
 /// use porous_proto::{Event, Host, HostConfig, SendMode};
 ///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// // Two hosts joined by a perfect in-memory link; any seeded RNG will do.
-/// let a_addr = "10.0.0.1:9000".parse().unwrap();
-/// let b_addr = "10.0.0.2:9000".parse().unwrap();
+/// let a_addr = "10.0.0.1:9000".parse()?;
+/// let b_addr = "10.0.0.2:9000".parse()?;
 /// let rng = |seed| rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7);
-/// let mut a = Host::new(HostConfig::default(), rng(1)).unwrap();
-/// let mut b = Host::new(HostConfig::default(), rng(2)).unwrap();
+/// let mut a = Host::new(HostConfig::default(), rng(1))?;
+/// let mut b = Host::new(HostConfig::default(), rng(2))?;
 ///
 /// let start = Instant::now();
-/// let peer = a.connect(start, b_addr).unwrap();
+/// let peer = a.connect(start, b_addr)?;
 /// let mut sent = false;
 /// let mut got = None;
 /// for tick in 0..100 {
@@ -83,7 +84,7 @@ struct Slot {
 ///     while let Some(t) = b.poll_transmit() { a.handle_datagram(now, b_addr, &t.payload); }
 ///     while let Some(e) = a.poll_event() {
 ///         if let Event::Connected { .. } = e {
-///             a.send(peer, 0, Bytes::from_static(b"hello"), SendMode::Reliable).unwrap();
+///             a.send(peer, 0, Bytes::from_static(b"hello"), SendMode::Reliable)?;
 ///             sent = true;
 ///         }
 ///     }
@@ -93,6 +94,8 @@ struct Slot {
 /// }
 /// assert!(sent);
 /// assert_eq!(got.as_deref(), Some(&b"hello"[..]));
+/// # Ok(())
+/// # }
 /// ```
 pub struct Host {
     config: HostConfig,

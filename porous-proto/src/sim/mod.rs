@@ -21,17 +21,18 @@
 //! use porous_proto::sim::{LinkConditions, Network};
 //! use porous_proto::{Event, HostConfig, SendMode};
 //!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut net = Network::new(42);
-//! let server = "10.0.0.1:7000".parse().unwrap();
-//! let client = "10.0.0.2:7000".parse().unwrap();
-//! net.add_host(server, HostConfig::default()).unwrap();
-//! net.add_host(client, HostConfig::default()).unwrap();
+//! let server = "10.0.0.1:7000".parse()?;
+//! let client = "10.0.0.2:7000".parse()?;
+//! net.add_host(server, HostConfig::default())?;
+//! net.add_host(client, HostConfig::default())?;
 //! net.set_link_both(server, client, LinkConditions::mobile());
 //!
 //! // The game: the client sends its input every 16 ms; the server echoes a state update
 //! // for each input it gets, unreliably.
 //! let now = net.now();
-//! let peer = net.host_mut(client).connect(now, server).unwrap();
+//! let peer = net.host_mut(client).connect(now, server)?;
 //! let mut inputs = 0u32;
 //! let mut updates = 0u32;
 //! let mut connected = false;
@@ -50,13 +51,17 @@
 //!     }
 //!     if connected && net.elapsed() >= Duration::from_millis(16) * inputs {
 //!         let input = Bytes::from(inputs.to_le_bytes().to_vec());
-//!         net.host_mut(client).send(peer, 0, input, SendMode::Reliable).unwrap();
-//!         inputs += 1;
+//!         // A full queue (`SendError::QueueFull`) means: try again next frame.
+//!         if net.host_mut(client).send(peer, 0, input, SendMode::Reliable).is_ok() {
+//!             inputs += 1;
+//!         }
 //!     }
 //! });
 //! assert!(inputs > 250);
 //! // A few updates are lost on the mobile link, but most arrive.
 //! assert!(updates > inputs * 8 / 10, "{updates} of {inputs}");
+//! # Ok(())
+//! # }
 //! ```
 
 mod link;
