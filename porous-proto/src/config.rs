@@ -134,7 +134,9 @@ pub enum SequenceStart {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HostConfig {
-    /// Most peers at once, in any state. A connection request beyond it is refused with
+    /// Most peers at once, in any state, pending handshakes included. When the table is
+    /// full, an incoming request takes the place of the oldest pending handshake if there
+    /// is one; otherwise it is refused with
     /// [`DisconnectReason::HostFull`](crate::DisconnectReason::HostFull) on the requester
     /// and allocates nothing.
     pub max_peers: usize,
@@ -142,7 +144,7 @@ pub struct HostConfig {
     /// state; beyond the limit the oldest is dropped to make room (a flood of spoofed
     /// requests cannot hold the table).
     pub max_pending: usize,
-    /// Above this many pending handshakes the host answers requests with a stateless
+    /// At or above this many pending handshakes the host answers requests with a stateless
     /// cookie challenge and creates peers only for requests that echo it, so spoofed
     /// sources create nothing. 0 challenges every request.
     pub challenge_above: usize,

@@ -24,7 +24,7 @@
 //! frame proves the sender holds this side's nonce, so it counts as the acknowledgement
 //! (the spec's lost-acknowledgement case, Figure 2 (a), then costs nothing).
 //!
-//! Until it is connected a peer holds only its handshake state (a few hundred bytes); the
+//! Until it is connected a peer holds only its handshake state (about 1.5 kB); the
 //! session (transfer layer, channels, buffers) is made when the connection is, so a flood
 //! of requests costs little memory per pending peer.
 
