@@ -13,7 +13,7 @@ use bytes::Bytes;
 use porous_proto::{DisconnectReason, HostConfig, HostStats, PeerId, PeerStats, SendError, SendMode};
 
 use crate::driver::Driver;
-use crate::{ACCEPT_BACKLOG, DeliveryStats, Disconnected, Error};
+use crate::{ACCEPT_BACKLOG, DeliveryStats, Disconnected, Error, SOCKET_BUFFER};
 
 /// Commands that wait for the driver; a capacity-1 wake-up would do, a few more let
 /// `connect` calls queue without waiting.
@@ -96,6 +96,10 @@ impl Host {
         let rng = rand_core::UnwrapErr(getrandom::SysRng);
         let core = porous_proto::Host::new(config, rng).map_err(Error::Config)?;
         let socket = UdpSocket::bind(addr).await.map_err(Error::Io)?;
+        let options = socket2::SockRef::from(&socket);
+        // Best effort, as in porous-mio: the kernel may grant less, and the default works.
+        let _ = options.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = options.set_send_buffer_size(SOCKET_BUFFER);
         let local_addr = socket.local_addr().map_err(Error::Io)?;
         let (commands, command_rx) = channel::bounded(COMMANDS);
         let (accept_tx, accept) = channel::bounded(ACCEPT_BACKLOG);

@@ -92,6 +92,12 @@ pub const DELIVERY_QUEUE: usize = 256;
 /// Established incoming connections that wait for [`Host::accept`].
 pub const ACCEPT_BACKLOG: usize = 256;
 
+/// The kernel receive and send buffer size the host's socket asks for, in bytes, as in
+/// `porous-mio`: the defaults (208 KiB on Linux) overflow when a LAN transfer's congestion
+/// window outgrows them. The kernel may grant less (Linux caps it at `net.core.rmem_max`
+/// and `wmem_max`), and the host then keeps what it has.
+pub const SOCKET_BUFFER: usize = 1 << 20;
+
 /// Why [`Host::bind`], [`Host::connect`] or [`Host::accept`] failed.
 #[derive(Debug)]
 #[non_exhaustive]

@@ -81,6 +81,18 @@ fn localhost() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
+/// A raw socket with the kernel buffers `porous-mio` asks for, so that the baseline
+/// differs from POROUS by the protocol alone. Returns the granted receive buffer size too.
+fn raw_socket() -> std::io::Result<(UdpSocket, usize)> {
+    let socket = UdpSocket::bind(localhost())?;
+    let options = socket2::SockRef::from(&socket);
+    // As in the adapter: best effort, the kernel may grant less.
+    let _ = options.set_recv_buffer_size(porous_mio::SOCKET_BUFFER);
+    let _ = options.set_send_buffer_size(porous_mio::SOCKET_BUFFER);
+    let granted = options.recv_buffer_size()?;
+    Ok((socket, granted))
+}
+
 struct RecvResult {
     last: Instant,
     cpu: Duration,
@@ -206,8 +218,8 @@ impl Raw {
 }
 
 fn raw_run(size: usize, count: u64) -> std::io::Result<Raw> {
-    let rx = UdpSocket::bind(localhost())?;
-    let tx = UdpSocket::bind(localhost())?;
+    let (rx, _) = raw_socket()?;
+    let (tx, _) = raw_socket()?;
     let to = rx.local_addr()?;
     rx.set_read_timeout(Some(Duration::from_millis(50)))?;
     let start = Arc::new(Barrier::new(2));
@@ -295,6 +307,11 @@ fn main() -> std::io::Result<()> {
     let o = options();
     println!("loopback bulk transfer, POROUS (porous-mio, default config) vs raw UDP, {} runs each", o.runs);
     println!("machine: {} cpus, {}", thread::available_parallelism().map_or(0, usize::from), cpu_model());
+    println!(
+        "socket buffers: asked for {} KiB, the kernel reports {} KiB for receiving",
+        porous_mio::SOCKET_BUFFER / 1024,
+        raw_socket()?.1 / 1024
+    );
     let mut summary = Vec::new();
     for (size, n) in [(32usize, o.small), (1000, o.large)] {
         println!();

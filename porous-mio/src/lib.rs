@@ -60,6 +60,15 @@ const OWN_TOKEN: Token = Token(0);
 /// Largest UDP payload the receive buffer takes.
 const MAX_DATAGRAM: usize = 65_536;
 
+/// The kernel receive and send buffer size the adapter asks for, in bytes.
+///
+/// Defaults (208 KiB on Linux) overflow when a LAN transfer's congestion window outgrows
+/// them, and every overflow is a loss the congestion controller backs off from. ENet asks
+/// for 256 KiB; a larger buffer lets the window grow further between losses. The kernel
+/// may grant less (Linux caps it at `net.core.rmem_max` and `wmem_max`) or refuse it, and
+/// the adapter then keeps what it has.
+pub const SOCKET_BUFFER: usize = 1 << 20;
+
 /// Socket-level counters of the adapter (the protocol's are in
 /// [`porous_proto::Host::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,6 +113,17 @@ impl core::fmt::Debug for Host {
     }
 }
 
+/// A non-blocking socket bound to `addr`, with buffers of [`SOCKET_BUFFER`] where the
+/// kernel grants them.
+fn bind_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = UdpSocket::bind(addr)?;
+    let options = socket2::SockRef::from(&socket);
+    // Best effort: a refusal leaves the default, which works, only with more losses.
+    let _ = options.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = options.set_send_buffer_size(SOCKET_BUFFER);
+    Ok(socket)
+}
+
 fn config_error(e: porous_proto::ConfigError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, e)
 }
@@ -127,7 +147,7 @@ impl Host {
     /// A standalone host on a socket bound to `addr` (port 0 picks a free one), driven by
     /// [`Host::service`].
     pub fn bind(addr: SocketAddr, config: HostConfig) -> io::Result<Self> {
-        let mut socket = UdpSocket::bind(addr)?;
+        let mut socket = bind_socket(addr)?;
         let poll = Poll::new()?;
         poll.registry().register(&mut socket, OWN_TOKEN, Interest::READABLE | Interest::WRITABLE)?;
         Self::new(socket, config, Some((poll, Events::with_capacity(64))))
@@ -137,9 +157,16 @@ impl Host {
     /// own event loop: call [`Host::process`] when `token` is ready or [`Host::timeout`]
     /// has passed.
     pub fn bind_with(addr: SocketAddr, config: HostConfig, registry: &Registry, token: Token) -> io::Result<Self> {
-        let mut socket = UdpSocket::bind(addr)?;
+        let mut socket = bind_socket(addr)?;
         registry.register(&mut socket, token, Interest::READABLE | Interest::WRITABLE)?;
         Self::new(socket, config, None)
+    }
+
+    /// The socket's receive and send buffer sizes as the kernel granted them (see
+    /// [`SOCKET_BUFFER`]; Linux reports twice the size asked for, its bookkeeping included).
+    pub fn socket_buffers(&self) -> io::Result<(usize, usize)> {
+        let options = socket2::SockRef::from(&self.socket);
+        Ok((options.recv_buffer_size()?, options.send_buffer_size()?))
     }
 
     /// The address the socket is bound to.

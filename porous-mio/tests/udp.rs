@@ -230,3 +230,22 @@ fn service_refuses_an_embedded_host() {
     bad.peer.mtu = 10;
     assert_eq!(Host::bind(any(false), bad).unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
 }
+
+#[test]
+fn socket_buffers_grow_where_the_kernel_allows_and_never_shrink() {
+    let host = Host::bind(any(false), HostConfig::default()).unwrap();
+    let (recv, send) = host.socket_buffers().unwrap();
+    let plain = std::net::UdpSocket::bind(any(false)).unwrap();
+    let plain = socket2::SockRef::from(&plain);
+    assert!(recv >= plain.recv_buffer_size().unwrap(), "receive buffer {recv} below the default");
+    assert!(send >= plain.send_buffer_size().unwrap(), "send buffer {send} below the default");
+    // Linux grants a request up to net.core.rmem_max (and reports it doubled).
+    let max = std::fs::read_to_string("/proc/sys/net/core/rmem_max").ok().and_then(|s| s.trim().parse::<usize>().ok());
+    if let Some(max) = max.filter(|&m| m >= porous_mio::SOCKET_BUFFER) {
+        assert!(
+            recv >= porous_mio::SOCKET_BUFFER,
+            "asked for {}, got {recv} (rmem_max {max})",
+            porous_mio::SOCKET_BUFFER
+        );
+    }
+}
