@@ -64,7 +64,15 @@ struct Hostile {
 }
 
 impl Hostile {
+    /// Completes the handshake; the host must accept it.
     fn connect(host: &mut Host, now: Instant, addr: SocketAddr, req: ConnectRequest) -> Self {
+        let h = Self::try_connect(host, now, addr, req);
+        assert!(h.server.is_some(), "the server answered with its request");
+        h
+    }
+
+    /// Completes the handshake if the host accepts it (`server` stays `None` if refused).
+    fn try_connect(host: &mut Host, now: Instant, addr: SocketAddr, req: ConnectRequest) -> Self {
         let mut h = Self { addr, req, server: None, next_frame: req.frame_base, newest_server_frame: None };
         host.handle_datagram(now, addr, &encode(&Control::Request(req), Key::version()));
         host.step(now);
@@ -73,9 +81,10 @@ impl Hostile {
                 h.server = Some(server);
             }
         }
-        let server = h.server.expect("the server answered with its request");
-        host.handle_datagram(now, addr, &encode(&Control::Ack, Key::reply(server.nonce)));
-        host.step(now);
+        if let Some(server) = h.server {
+            host.handle_datagram(now, addr, &encode(&Control::Ack, Key::reply(server.nonce)));
+            host.step(now);
+        }
         h
     }
 
@@ -528,25 +537,6 @@ fn many_peers_at_once_stay_within_the_peer_cap() {
     let connected = host.peers().filter(|p| host.peer_stats(*p).unwrap().state == PeerState::Connected).count();
     assert_eq!(connected, 50);
     assert!(host.stats().refused >= 150);
-}
-
-impl Hostile {
-    /// Like `connect`, but tolerates a refusal.
-    fn try_connect(host: &mut Host, now: Instant, addr: SocketAddr, req: ConnectRequest) -> Self {
-        let mut h = Self { addr, req, server: None, next_frame: req.frame_base, newest_server_frame: None };
-        host.handle_datagram(now, addr, &encode(&Control::Request(req), Key::version()));
-        host.step(now);
-        for t in drain(host) {
-            if let Ok(Control::RequestAck(server)) = Control::decode(&t.payload, Key::reply(req.nonce)) {
-                h.server = Some(server);
-            }
-        }
-        if let Some(server) = h.server {
-            host.handle_datagram(now, addr, &encode(&Control::Ack, Key::reply(server.nonce)));
-            host.step(now);
-        }
-        h
-    }
 }
 
 /// Frames packed to smuggle memory past the reassembly budget. Each attack was once
