@@ -105,7 +105,7 @@ impl Driver {
             // Every handle is gone: end every connection at once, telling the remotes.
             let peers: Vec<PeerId> = core.peers().collect();
             for peer in peers {
-                core.disconnect_now(peer);
+                core.disconnect_now(now, peer);
             }
         }
         self.routes.flush_held();
@@ -188,7 +188,7 @@ impl Routes {
                 if handed_over {
                     self.inboxes.insert(peer, inbox);
                 } else {
-                    core.disconnect_now(peer);
+                    core.disconnect_now(Instant::now(), peer);
                 }
             }
             Event::Received { peer, channel, mode, data } => {
@@ -247,7 +247,7 @@ impl Routes {
     fn refuse_unaccepted(&mut self, core: &mut porous_proto::Host) {
         if self.accept.receiver_count() == 1 {
             while let Ok(parts) = self.backlog.try_recv() {
-                core.disconnect_now(parts.id);
+                core.disconnect_now(Instant::now(), parts.id);
             }
         }
     }

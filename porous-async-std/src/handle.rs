@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Instant;
 
 use async_std::channel::{self, Receiver, Sender};
 use async_std::net::{ToSocketAddrs, UdpSocket};
@@ -159,7 +160,7 @@ struct PeerInner {
 impl Drop for PeerInner {
     fn drop(&mut self) {
         // A no-op if the connection has ended already.
-        lock(&self.link.core).disconnect(self.id);
+        lock(&self.link.core).disconnect(Instant::now(), self.id);
         self.link.wake();
     }
 }
@@ -213,7 +214,7 @@ impl Peer {
     /// readable with [`Peer::recv`]; keep reading if the remote sends a lot, since a full
     /// delivery queue defers the acknowledgements the flush waits for.
     pub async fn disconnect(&self) -> DisconnectReason {
-        lock(&self.inner.link.core).disconnect(self.inner.id);
+        lock(&self.inner.link.core).disconnect(Instant::now(), self.inner.id);
         self.inner.link.wake();
         // Nothing is ever sent on `ended`: this returns when it closes.
         let _ = self.inner.ended.recv().await;
@@ -224,7 +225,7 @@ impl Peer {
     /// effort. `recv` then returns the packets already queued, then
     /// [`DisconnectReason::Local`].
     pub fn disconnect_now(&self) {
-        lock(&self.inner.link.core).disconnect_now(self.inner.id);
+        lock(&self.inner.link.core).disconnect_now(Instant::now(), self.inner.id);
         self.inner.link.wake();
     }
 

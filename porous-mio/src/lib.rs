@@ -202,12 +202,12 @@ impl Host {
 
     /// Disconnects gracefully (pending packets first); `Disconnected` follows.
     pub fn disconnect(&mut self, peer: PeerId) {
-        self.core.disconnect(peer);
+        self.core.disconnect(Instant::now(), peer);
     }
 
     /// Disconnects at once; `Disconnected` is queued now.
     pub fn disconnect_now(&mut self, peer: PeerId) {
-        self.core.disconnect_now(peer);
+        self.core.disconnect_now(Instant::now(), peer);
     }
 
     /// A snapshot of a peer's state and counters.

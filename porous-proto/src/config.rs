@@ -135,14 +135,17 @@ pub enum SequenceStart {
 #[non_exhaustive]
 pub struct HostConfig {
     /// Most peers at once, in any state, pending handshakes included. When the table is
-    /// full, an incoming request takes the place of the oldest pending handshake if there
-    /// is one; otherwise it is refused with
+    /// full, an incoming request is refused with
     /// [`DisconnectReason::HostFull`](crate::DisconnectReason::HostFull) on the requester
-    /// and allocates nothing.
+    /// and allocates nothing. Spoofed requests can hold at most `challenge_above` pending
+    /// handshakes (for at most the connect timeout), so leave that much room above the
+    /// players you expect.
     pub max_peers: usize,
     /// Most incoming connections still in their handshake. Each holds only its handshake
-    /// state; beyond the limit the oldest is dropped to make room (a flood of spoofed
-    /// requests cannot hold the table).
+    /// state, and is kept until it completes or times out; beyond the limit a request is
+    /// left unanswered for now (counted in
+    /// [`HostStats::handshakes_deferred`](crate::HostStats::handshakes_deferred)) and the
+    /// requester's retry gets in once a handshake completes.
     pub max_pending: usize,
     /// At or above this many pending handshakes the host answers requests with a stateless
     /// cookie challenge and creates peers only for requests that echo it, so spoofed
@@ -188,8 +191,19 @@ pub enum ConfigError {
     },
     /// `max_reassembly_bytes` is smaller than one datagram.
     ReassemblyTooSmall(usize),
-    /// A channel's `max_queued_bytes` is 0.
-    ChannelQueue(usize),
+    /// A channel's `max_queued_bytes` cannot hold one packet of `max_packet_size` (with
+    /// the queue slots of its fragments), so such a send could never be queued.
+    ChannelQueue {
+        /// The channel.
+        channel: usize,
+        /// Its `max_queued_bytes`.
+        size: usize,
+        /// The least it must be.
+        need: usize,
+    },
+    /// `ping_interval` is not shorter than `timeout`: an idle connection would time out
+    /// between keepalives.
+    PingInterval,
     /// A duration that must be positive is zero (names the field).
     ZeroDuration(&'static str),
     /// `initial_window` is 0.
@@ -208,7 +222,12 @@ impl core::fmt::Display for ConfigError {
             Self::ReassemblyTooSmall(n) => {
                 write!(f, "max_reassembly_bytes {n} is smaller than one datagram; raise it to at least the mtu")
             }
-            Self::ChannelQueue(i) => write!(f, "channel {i} has max_queued_bytes 0; it could never send"),
+            Self::ChannelQueue { channel, size, need } => write!(
+                f,
+                "channel {channel}'s max_queued_bytes {size} cannot hold one packet of max_packet_size; \
+                 raise it to at least {need} or lower max_packet_size"
+            ),
+            Self::PingInterval => f.write_str("ping_interval must be shorter than timeout"),
             Self::ZeroDuration(name) => write!(f, "{name} must be longer than zero"),
             Self::InitialWindow => f.write_str("initial_window must be at least 1 datagram"),
         }
@@ -253,8 +272,13 @@ impl PeerConfig {
         if self.max_reassembly_bytes < self.mtu {
             return Err(ConfigError::ReassemblyTooSmall(self.max_reassembly_bytes));
         }
-        if let Some(i) = self.channels.iter().position(|c| c.max_queued_bytes == 0) {
-            return Err(ConfigError::ChannelQueue(i));
+        let need = crate::channel::packet_cost(self.max_packet_size, wire::fragment_payload(self.mtu));
+        if let Some(i) = self.channels.iter().position(|c| c.max_queued_bytes < need) {
+            return Err(ConfigError::ChannelQueue {
+                channel: i,
+                size: self.channels.get(i).map_or(0, |c| c.max_queued_bytes),
+                need,
+            });
         }
         for (name, d) in [
             ("timeout", self.timeout),
@@ -270,6 +294,9 @@ impl PeerConfig {
         }
         if self.initial_window == 0 {
             return Err(ConfigError::InitialWindow);
+        }
+        if self.ping_interval >= self.timeout {
+            return Err(ConfigError::PingInterval);
         }
         Ok(())
     }
@@ -312,7 +339,20 @@ mod tests {
         assert!(matches!(bad(|c| c.peer.max_packet_size = 0), ConfigError::MaxPacketSize { .. }));
         assert!(matches!(bad(|c| c.peer.max_packet_size = usize::MAX), ConfigError::MaxPacketSize { .. }));
         assert_eq!(bad(|c| c.peer.max_reassembly_bytes = 10), ConfigError::ReassemblyTooSmall(10));
-        assert_eq!(bad(|c| c.peer.channels[2].max_queued_bytes = 0), ConfigError::ChannelQueue(2));
+        let need = bad(|c| c.peer.channels[2].max_queued_bytes = 0);
+        assert!(matches!(need, ConfigError::ChannelQueue { channel: 2, size: 0, need } if need > 1 << 20));
+        // A queue that holds one largest packet, exactly, is enough.
+        let ConfigError::ChannelQueue { need, .. } = need else { unreachable!() };
+        let mut c = HostConfig::default();
+        c.peer.channels[1].max_queued_bytes = need;
+        assert_eq!(c.validate(), Ok(()));
+        c.peer.channels[1].max_queued_bytes = need - 1;
+        assert!(matches!(c.validate(), Err(ConfigError::ChannelQueue { channel: 1, .. })));
+        // Smaller queues go with smaller packets.
+        c.peer.max_packet_size = 1000;
+        c.peer.channels[1].max_queued_bytes = 2000;
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(bad(|c| c.peer.ping_interval = c.peer.timeout), ConfigError::PingInterval);
         assert_eq!(bad(|c| c.peer.timeout = Duration::ZERO), ConfigError::ZeroDuration("timeout"));
         assert_eq!(bad(|c| c.peer.initial_window = 0), ConfigError::InitialWindow);
         assert!(bad(|c| c.peer.mtu = 5).to_string().contains("128..=65507"));

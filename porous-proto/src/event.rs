@@ -79,8 +79,13 @@ pub enum Event {
 #[non_exhaustive]
 pub enum DisconnectReason {
     /// This side called [`Host::disconnect`](crate::Host::disconnect) or
-    /// [`Host::disconnect_now`](crate::Host::disconnect_now).
+    /// [`Host::disconnect_now`](crate::Host::disconnect_now). After `disconnect`, every
+    /// packet sent before it was acknowledged (or, unreliable, sent).
     Local,
+    /// This side called [`Host::disconnect`](crate::Host::disconnect), but packets it had
+    /// sent were still unacknowledged when the connection ended (the flush took longer
+    /// than the timeout, or the remote stopped answering): some may never have arrived.
+    FlushTimeout,
     /// The remote side disconnected.
     Remote,
     /// Nothing was heard from the remote side for the configured timeout (or the
@@ -131,6 +136,9 @@ impl core::fmt::Display for DisconnectReason {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::Local => f.write_str("disconnected by this side"),
+            Self::FlushTimeout => {
+                f.write_str("disconnected by this side before everything sent was acknowledged; some may be lost")
+            }
             Self::Remote => f.write_str("disconnected by the remote side"),
             Self::Timeout => f.write_str("timed out: nothing heard from the remote side"),
             Self::Incompatible(m) => write!(f, "incompatible: {m}"),

@@ -5,10 +5,13 @@
 //! connection requests, and keeps every peer's next deadline in a heap, so a step costs
 //! time in proportion to the peers with something to do, not to all peers.
 //!
-//! Incoming handshakes are *pending* peers: at most `max_pending` of them, the oldest
-//! dropped first, each holding only its handshake state. Above `challenge_above` pending,
-//! requests are answered with a stateless cookie challenge (see [`crate::cookie`]) and a
-//! peer is created only for a request that echoes a valid cookie.
+//! Incoming handshakes are *pending* peers: at most `max_pending` of them, each holding
+//! only its handshake state, and each kept, once answered, until it completes or times
+//! out (a client is never told it is connected to a host that has forgotten it). Above
+//! `challenge_above` pending, requests are answered with a stateless cookie challenge (see
+//! [`crate::cookie`]) and a peer is created only for a request that echoes a valid cookie,
+//! so spoofed sources hold at most `challenge_above` handshakes, each for at most the
+//! connect timeout.
 //!
 //! Nothing here touches a socket or a clock; see the crate docs for the call contract.
 
@@ -114,8 +117,6 @@ pub struct Host {
     step_interval: Duration,
     stats: HostStats,
     cookies: CookieJar,
-    /// Pending peers in creation order (stale entries are skipped when popped).
-    pending: VecDeque<PeerId>,
 }
 
 impl core::fmt::Debug for Host {
@@ -136,7 +137,6 @@ impl Host {
         let cookies = CookieJar::new((rng.next_u64(), rng.next_u64()));
         Ok(Self {
             cookies,
-            pending: VecDeque::new(),
             config,
             rng: Box::new(rng),
             slots: Vec::new(),
@@ -164,11 +164,6 @@ impl Host {
         if self.last_now.is_none_or(|t| now > t) {
             self.last_now = Some(now);
         }
-    }
-
-    fn now(&self) -> Instant {
-        // Every call that can need a time comes after one that told it.
-        self.last_now.unwrap_or_else(|| self.last_step.unwrap_or_else(Instant::now))
     }
 
     fn peer_index(&self, id: PeerId) -> Option<usize> {
@@ -326,19 +321,22 @@ impl Host {
                 return;
             }
         }
-        // Pending handshakes make way for a new one: oldest first.
-        if self.stats.pending >= self.config.max_pending
-            || (self.by_addr.len() >= self.config.max_peers && self.stats.pending > 0)
-        {
-            self.evict_oldest_pending();
-        }
+        // A handshake once answered is kept until it completes or times out: dropping it
+        // would leave its client connected to a host that has forgotten it. So a full
+        // table refuses, and a full set of pending handshakes leaves the request
+        // unanswered for now (the requester retries; handshakes complete within a round
+        // trip, so room comes soon).
         let verdict = if !self.config.accept_incoming {
             Err(wire::RefuseReason::NotAccepting)
-        } else if self.by_addr.len() >= self.config.max_peers {
-            Err(wire::RefuseReason::HostFull)
         } else {
-            peer::negotiate(&self.config.peer, &req).map_err(peer::refusal)
+            peer::negotiate(&self.config.peer, &req).map_err(peer::refusal).and_then(|params| {
+                if self.by_addr.len() >= self.config.max_peers { Err(wire::RefuseReason::HostFull) } else { Ok(params) }
+            })
         };
+        if verdict.is_ok() && self.stats.pending >= self.config.max_pending {
+            self.stats.handshakes_deferred += 1;
+            return;
+        }
         // The slot the peer gets: events of its handshake reply carry this id.
         let index = self.free.last().copied().unwrap_or(self.slots.len() as u32);
         let generation = self.slots.get(index as usize).map_or(0, |s| s.generation);
@@ -372,32 +370,6 @@ impl Host {
         debug_assert_eq!(inserted, index);
         self.stats.accepted += 1;
         self.stats.pending += 1;
-        self.pending.push_back(self.id_of(inserted));
-        if self.pending.len() > 2 * self.config.max_pending {
-            // Forget handshakes that completed or ended since.
-            let slots = &self.slots;
-            self.pending.retain(|id| {
-                slots
-                    .get(id.index as usize)
-                    .filter(|s| s.generation == id.generation)
-                    .and_then(|s| s.peer.as_deref())
-                    .is_some_and(Peer::is_pending)
-            });
-        }
-    }
-
-    /// Drops the oldest incoming handshake still pending, silently: the application
-    /// never heard of it.
-    fn evict_oldest_pending(&mut self) {
-        while let Some(id) = self.pending.pop_front() {
-            let live =
-                self.peer_index(id).and_then(|i| self.slots.get(i)?.peer.as_deref()).is_some_and(Peer::is_pending);
-            if live {
-                self.remove(id.index);
-                self.stats.pending_evicted += 1;
-                return;
-            }
-        }
     }
 
     /// Runs every timer due at `now` and assembles the datagrams that can go out: one
@@ -489,7 +461,10 @@ impl Host {
     /// when there is nothing to wait for (no peers).
     pub fn poll_timeout(&self) -> Option<Instant> {
         if !self.dirty.is_empty() {
-            return Some(self.now());
+            // Something was marked by a call that gave the time: step at once.
+            if let Some(now) = self.last_now {
+                return Some(now);
+            }
         }
         self.timers.peek().map(|Reverse((t, _, _))| *t)
     }
@@ -503,8 +478,8 @@ impl Host {
         Ok(())
     }
 
-    fn with_peer(&mut self, peer: PeerId, f: impl FnOnce(&mut Peer, Instant, &mut Io<'_>)) {
-        let now = self.now();
+    fn with_peer(&mut self, now: Instant, peer: PeerId, f: impl FnOnce(&mut Peer, Instant, &mut Io<'_>)) {
+        self.observe(now);
         let Some(index) = self.peer_index(peer) else { return };
         let Some(p) = self.slots.get_mut(index).and_then(|s| s.peer.as_deref_mut()) else { return };
         let was_pending = p.is_pending();
@@ -518,15 +493,17 @@ impl Host {
     }
 
     /// Disconnects gracefully: packets already sent are delivered first, then the
-    /// disconnection is acknowledged; `Disconnected` follows.
-    pub fn disconnect(&mut self, peer: PeerId) {
-        self.with_peer(peer, |p, now, io| p.disconnect(now, io));
+    /// disconnection is acknowledged; `Disconnected` follows (with
+    /// [`DisconnectReason::FlushTimeout`](crate::DisconnectReason::FlushTimeout) instead of
+    /// `Local` if some of them were never acknowledged).
+    pub fn disconnect(&mut self, now: Instant, peer: PeerId) {
+        self.with_peer(now, peer, |p, now, io| p.disconnect(now, io));
     }
 
     /// Disconnects at once, dropping pending packets; `Disconnected` is queued now and the
     /// remote side is told once, on a best-effort basis.
-    pub fn disconnect_now(&mut self, peer: PeerId) {
-        self.with_peer(peer, |p, now, io| p.disconnect_now(now, io));
+    pub fn disconnect_now(&mut self, now: Instant, peer: PeerId) {
+        self.with_peer(now, peer, |p, now, io| p.disconnect_now(now, io));
     }
 
     /// A snapshot of a peer's state and counters.
@@ -555,8 +532,7 @@ impl Host {
             // An ordered map node holds its entries plus pointers: about twice the entry.
             + self.by_addr.len() * 2 * size_of::<(SocketAddr, u32)>()
             + self.timers.capacity() * size_of::<Reverse<(Instant, u32, u32)>>()
-            + self.dirty.capacity() * size_of::<u32>()
-            + self.pending.capacity() * size_of::<PeerId>();
+            + self.dirty.capacity() * size_of::<u32>();
         let event_bytes = |e: &Event| match e {
             Event::Received { data, .. } => data.len(),
             _ => 0,

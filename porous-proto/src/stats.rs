@@ -43,6 +43,9 @@ pub struct PeerStats {
     pub ssthresh: usize,
     /// Bytes in flight.
     pub flight: usize,
+    /// Frames sent and not yet acknowledged (or given up, see
+    /// [`TransferStats::frames_unacknowledged`]).
+    pub frames_in_flight: usize,
     /// Negotiated datagram size.
     pub mtu: usize,
     /// Transfer layer counters: frames, datagrams and bytes each way, losses, resends.
@@ -115,8 +118,11 @@ pub struct HostStats {
     pub challenged: u64,
     /// Requests echoing a cookie that did not verify.
     pub bad_cookies: u64,
-    /// Pending handshakes dropped to make room for newer ones.
-    pub pending_evicted: u64,
+    /// Connection requests left unanswered because `max_pending` handshakes were under
+    /// way (the requester retries). A handshake once answered is never dropped to make
+    /// room, so this, not an eviction, is what a burst of connections beyond
+    /// `max_pending` costs.
+    pub handshakes_deferred: u64,
     /// Incoming connections currently in their handshake.
     pub pending: usize,
     /// Peers created by incoming requests.

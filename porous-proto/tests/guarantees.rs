@@ -142,6 +142,15 @@ impl Arbitrary for Conditions {
         c.reorder = pct(g, 15);
         c.reorder_delay = MS * u32::from(u8::arbitrary(g) % 100);
         c.corrupt = pct(g, 5);
+        // Late duplicates (up to 3 s behind) and replays of old datagrams, in a third of
+        // the cases each.
+        if u8::arbitrary(g) % 3 == 0 {
+            c.late_duplicate = pct(g, 10);
+            c.late_delay = MS * (1 + u32::from(u16::arbitrary(g) % 3000));
+        }
+        if u8::arbitrary(g) % 3 == 0 {
+            c.replay = pct(g, 10);
+        }
         if bool::arbitrary(g) {
             c.bandwidth = Some(100_000 + u64::from(u16::arbitrary(g)) * 50);
             c.queue = 16_000 + usize::from(u16::arbitrary(g));
@@ -158,6 +167,17 @@ struct Case {
     packets: u16,
     max_len: u16,
     wrap: bool,
+    /// Each side's datagram size; the connection uses the smaller.
+    mtu: (u16, u16),
+}
+
+/// A datagram size from 128 to 9,000 bytes, the edges and common sizes often.
+fn mtu(g: &mut Gen) -> u16 {
+    const COMMON: [u16; 6] = [128, 129, 576, 1200, 1500, 9000];
+    match u8::arbitrary(g) % 3 {
+        0 => COMMON[usize::from(u8::arbitrary(g)) % COMMON.len()],
+        _ => 128 + u16::arbitrary(g) % (9000 - 128 + 1),
+    }
 }
 
 impl Arbitrary for Case {
@@ -169,12 +189,18 @@ impl Arbitrary for Case {
             packets: 40 + u16::arbitrary(g) % 200,
             max_len: 16 + u16::arbitrary(g) % 5000,
             wrap: bool::arbitrary(g),
+            mtu: (mtu(g), mtu(g)),
         }
     }
 }
 
 fn config(wrap: bool) -> HostConfig {
+    sized(wrap, 1200)
+}
+
+fn sized(wrap: bool, mtu: u16) -> HostConfig {
     let mut c = HostConfig::default();
+    c.peer.mtu = usize::from(mtu);
     c.peer.timeout = Duration::from_secs(30);
     c.peer.connect_timeout = Duration::from_secs(30);
     if wrap {
@@ -187,9 +213,12 @@ fn config(wrap: bool) -> HostConfig {
 /// The bound on delivering every reliable packet once the network heals: a few RTOs to
 /// resend what is outstanding (the RTO can have grown to the network's worst RTT plus four
 /// deviations), plus draining the backlog from a collapsed congestion window, which slow
-/// start reopens within a few round trips.
-fn heal_bound(latency: Duration, backlog_bytes: usize) -> Duration {
-    3 * SEC + 20 * latency + Duration::from_secs_f64(backlog_bytes as f64 / 50_000.0)
+/// start reopens within a few round trips. The draining rate is 50 kB/s at a 1200-byte
+/// datagram size and proportionally less below it: the window grows by one datagram per
+/// round trip once out of slow start, and a small datagram also carries more overhead.
+fn heal_bound(latency: Duration, backlog_bytes: usize, mtu: u16) -> Duration {
+    let rate = 50_000.0 * f64::from(mtu.min(1200)) / 1200.0;
+    3 * SEC + 20 * latency + Duration::from_secs_f64(backlog_bytes as f64 / rate)
 }
 
 fn connect(net: &mut Network, a: SocketAddr, b: SocketAddr, limit: Duration) -> Option<(PeerId, PeerId)> {
@@ -215,8 +244,8 @@ fn connect(net: &mut Network, a: SocketAddr, b: SocketAddr, limit: Duration) -> 
 fn run_case(case: &Case) -> Result<String, String> {
     let (a, b) = (addr(1), addr(2));
     let mut net = Network::new(case.seed);
-    net.add_host(a, config(case.wrap)).map_err(|e| e.to_string())?;
-    net.add_host(b, config(case.wrap)).map_err(|e| e.to_string())?;
+    net.add_host(a, sized(case.wrap, case.mtu.0)).map_err(|e| e.to_string())?;
+    net.add_host(b, sized(case.wrap, case.mtu.1)).map_err(|e| e.to_string())?;
     net.set_link(a, b, case.ab.0);
     net.set_link(b, a, case.ba.0);
     let (pa, pb) = connect(&mut net, a, b, 60 * SEC).ok_or("never connected")?;
@@ -266,7 +295,7 @@ fn run_case(case: &Case) -> Result<String, String> {
     net.set_link(a, b, healed);
     net.set_link(b, a, LinkConditions::perfect(case.ba.0.latency));
     let healed_at = net.elapsed();
-    let bound = heal_bound(case.ab.0.latency.max(case.ba.0.latency), backlog);
+    let bound = heal_bound(case.ab.0.latency.max(case.ba.0.latency), backlog, case.mtu.0.min(case.mtu.1));
     let done = net.run_until(bound, |net| {
         pump(net, &mut at_b, &mut at_a, &mut error);
         error.is_some() || (at_b.missing_reliable().is_empty() && at_a.missing_reliable().is_empty())
@@ -277,11 +306,13 @@ fn run_case(case: &Case) -> Result<String, String> {
     if !done {
         let missing = at_b.missing_reliable();
         return Err(format!(
-            "{} reliable packets still missing {:?} after healing: {:?}; a: {:?}",
+            "{} reliable packets still missing {:?} after healing: {:?} (a wakes in {:?}); a: {:?}; b: {:?}",
             missing.len(),
             bound,
             &missing[..missing.len().min(5)],
-            net.host(a).peer_stats(pa)
+            net.host(a).poll_timeout().map(|t| t.saturating_duration_since(net.now())),
+            net.host(a).peer_stats(pa),
+            net.host(b).peer_stats(pb),
         ));
     }
     let took = net.elapsed() - healed_at;
@@ -314,8 +345,15 @@ fn delivery_guarantees_hold_on_every_preset() {
     ];
     for (name, c) in presets {
         for seed in 0..8 {
-            let case =
-                Case { seed, ab: Conditions(c), ba: Conditions(c), packets: 200, max_len: 3000, wrap: seed % 2 == 0 };
+            let case = Case {
+                seed,
+                ab: Conditions(c),
+                ba: Conditions(c),
+                packets: 200,
+                max_len: 3000,
+                wrap: seed % 2 == 0,
+                mtu: (1200, 1200),
+            };
             if let Err(e) = run_case(&case) {
                 panic!("{name}, seed {seed}: {e}");
             }
@@ -601,6 +639,7 @@ fn two_runs_with_one_seed_give_identical_event_logs() {
         packets: 150,
         max_len: 2500,
         wrap: true,
+        mtu: (1200, 1200),
     };
     let run = || {
         let (a, b) = (addr(1), addr(2));

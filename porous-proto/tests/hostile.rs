@@ -219,7 +219,7 @@ fn a_spoofed_connect_flood_allocates_little_and_a_real_client_still_gets_in() {
 }
 
 #[test]
-fn pending_handshakes_are_capped_and_the_oldest_go_first() {
+fn pending_handshakes_are_capped_and_an_answered_one_is_never_dropped() {
     let mut config = HostConfig::default();
     config.max_pending = 8;
     config.challenge_above = 1000; // no cookies: the cap alone
@@ -229,10 +229,18 @@ fn pending_handshakes_are_capped_and_the_oldest_go_first() {
         host.handle_datagram(t0, addr(0, i as u8, 2000), &encode(&Control::Request(request(i)), Key::version()));
     }
     assert_eq!(host.stats().pending, 8);
-    assert_eq!(host.stats().pending_evicted, 92);
-    // The newest eight remain.
-    assert!(host.peer_by_addr(addr(0, 99, 2000)).is_some());
-    assert!(host.peer_by_addr(addr(0, 0, 2000)).is_none());
+    assert_eq!(host.stats().handshakes_deferred, 92);
+    // The eight answered first remain: their clients may already count as connected.
+    // The rest got no answer at all, and retry.
+    assert!(host.peer_by_addr(addr(0, 0, 2000)).is_some() && host.peer_by_addr(addr(0, 7, 2000)).is_some());
+    assert!(host.peer_by_addr(addr(0, 8, 2000)).is_none());
+    assert_eq!(drain(&mut host).len(), 8, "one reply per pending handshake, none to the deferred");
+    // Unanswered handshakes time out, and a retried request then gets in.
+    let later = t0 + host.config().peer.connect_timeout;
+    host.step(later);
+    assert_eq!(host.stats().pending, 0);
+    host.handle_datagram(later, addr(0, 50, 2000), &encode(&Control::Request(request(50)), Key::version()));
+    assert_eq!(host.stats().pending, 1);
 }
 
 #[test]
@@ -277,6 +285,36 @@ fn no_reply_before_a_connection_is_larger_than_its_request() {
     h.handle_datagram(t0, addr(3, 3, 3), &req[..40]);
     h.step(t0);
     assert!(drain(&mut h).is_empty());
+}
+
+#[test]
+fn an_unproven_address_never_gets_more_bytes_than_it_sent() {
+    // One spoofed request, then silence: over the whole life of the half-open handshake
+    // (its connect timeout and beyond) the host sends the victim no more than the request
+    // it received. It once resent its reply on a timer: 7 replies, 7x the request.
+    let t0 = Instant::now();
+    for (name, config) in [
+        ("accepted", HostConfig::default()),
+        ("challenged", {
+            let mut c = HostConfig::default();
+            c.challenge_above = 0;
+            c
+        }),
+    ] {
+        let mut host = server(config);
+        let victim = addr(5, 5, 5);
+        let req = encode(&Control::Request(request(77)), Key::version());
+        host.handle_datagram(t0, victim, &req);
+        let mut now = t0;
+        let mut sent = 0;
+        while now < t0 + Duration::from_secs(20) {
+            host.step(now);
+            sent += drain(&mut host).iter().filter(|t| t.remote == victim).map(|t| t.payload.len()).sum::<usize>();
+            now = host.poll_timeout().map_or(now + 100 * MS, |t| t.max(now + MS));
+        }
+        assert!(sent > 0 && sent <= req.len(), "{name}: {sent} bytes sent for a {} byte request", req.len());
+        assert_eq!(host.peers().count(), 0, "{name}: the half-open handshake timed out");
+    }
 }
 
 #[test]
@@ -392,6 +430,7 @@ fn a_peer_that_never_acknowledges_fills_queues_only_to_their_caps() {
     let t0 = Instant::now();
     let mut config = HostConfig::default();
     config.peer.channels[0].max_queued_bytes = 64 * 1024;
+    config.peer.max_packet_size = 16 * 1024;
     let mut host = server(config);
     let client = addr(7, 7, 7);
     let mut hostile = Hostile::connect(&mut host, t0, client, request(41));

@@ -27,7 +27,7 @@ use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
 use crate::transfer::{OutMessage, Priority, Transfer};
 use crate::wire::SendMode;
 pub(crate) use recv::{Admission, ChannelReceiver, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, Marks, Tier};
-pub(crate) use send::ChannelSender;
+pub(crate) use send::{ChannelSender, WindowAck, packet_cost};
 
 /// The channel window constants, parameters so tests can use the spec's small figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,9 +117,23 @@ pub(crate) struct Channel {
     pub(crate) recv: ChannelReceiver,
 }
 
-/// The send queue of a channel is full of data that may not be dropped.
+/// Why a channel did not take a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct QueueFull;
+pub(crate) enum Refused {
+    /// The send queue is full of data that may not be dropped; it drains as the remote
+    /// acknowledges.
+    QueueFull,
+    /// The packet alone costs more than the queue limit: it could never be queued. `max`
+    /// is the largest packet that can.
+    NeverFits { max: usize },
+}
+
+/// The largest packet whose [`packet_cost`] fits `cap` bytes.
+fn largest_fitting(cap: usize, fragment_size: usize) -> usize {
+    let whole = cap / (fragment_size + send::MESSAGE_OVERHEAD);
+    let rest = cap - whole * (fragment_size + send::MESSAGE_OVERHEAD);
+    whole * fragment_size + rest.saturating_sub(send::MESSAGE_OVERHEAD)
+}
 
 impl Channel {
     /// Bytes this channel holds on the sending side: waiting for window space, queued, or in
@@ -131,19 +145,24 @@ impl Channel {
     /// Sends a packet within the channel's queue limit of `cap` bytes. Reliable and passive
     /// data that does not fit is refused; unreliable data makes room by dropping older
     /// unreliable packets, and is itself dropped when that is not enough. Returns how many
-    /// unreliable packets were dropped (the new one included).
+    /// unreliable packets were dropped (the new one included). A packet larger than the
+    /// limit itself is refused in every mode: no waiting would let it in.
     pub(crate) fn send(
         &mut self,
         data: Bytes,
         mode: SendMode,
         cap: usize,
         sink: &mut impl MessageSink,
-    ) -> Result<usize, QueueFull> {
-        let over = (self.held(sink) + self.send.cost(data.len())).saturating_sub(cap);
+    ) -> Result<usize, Refused> {
+        let cost = self.send.cost(data.len());
+        if cost > cap {
+            return Err(Refused::NeverFits { max: largest_fitting(cap, self.send.fragment_size()) });
+        }
+        let over = (self.held(sink) + cost).saturating_sub(cap);
         let mut dropped = 0;
         if over > 0 {
             if mode != SendMode::Unreliable {
-                return Err(QueueFull);
+                return Err(Refused::QueueFull);
             }
             // Oldest first: what already waits in the transfer queues, then the packets
             // still waiting for window space.

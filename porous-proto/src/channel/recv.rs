@@ -175,6 +175,8 @@ pub(crate) struct Marks {
 pub(crate) struct ChannelReceiver {
     params: ChannelParams,
     fragment_size: usize,
+    /// Largest packet accepted, and the fragments that can make it.
+    max_packet: usize,
     max_fragments: u32,
     /// `m_b`, the next packet expected.
     base: u32,
@@ -194,6 +196,7 @@ impl ChannelReceiver {
         Self {
             params,
             fragment_size,
+            max_packet,
             max_fragments: max_fragments as u32,
             base: first_id,
             charged: 0,
@@ -340,7 +343,7 @@ impl ChannelReceiver {
             && m.id == self.base
             && m.fragment.count == 1
             && matches!(m.kind, MessageKind::Fragment(_))
-            && m.payload.len() <= self.fragment_size
+            && self.check_fragment(m).is_ok()
             && self.dependency_met(m.id, m.dependency)
     }
 
@@ -423,12 +426,23 @@ impl ChannelReceiver {
         if f.count > self.max_fragments {
             return Err(Violation::TooLarge);
         }
-        if f.count == 1 {
-            return if len <= self.fragment_size { Ok(()) } else { Err(Violation::BadFragment) };
-        }
         let last = f.index + 1 == f.count;
-        let ok = if last { (1..=self.fragment_size).contains(&len) } else { len == self.fragment_size };
-        if ok { Ok(()) } else { Err(Violation::BadFragment) }
+        let ok = if f.count == 1 {
+            len <= self.fragment_size
+        } else if last {
+            (1..=self.fragment_size).contains(&len)
+        } else {
+            len == self.fragment_size
+        };
+        if !ok {
+            return Err(Violation::BadFragment);
+        }
+        // The count bounds every packet to the next whole fragment; the last fragment (or
+        // the only one) gives the exact size, which must not exceed the limit either.
+        if last && (f.count as usize - 1) * self.fragment_size + len > self.max_packet {
+            return Err(Violation::TooLarge);
+        }
+        Ok(())
     }
 
     /// Delivers what the receive queue allows, calling `out` with each packet (and how it

@@ -17,8 +17,27 @@ use bytes::Bytes;
 
 use super::{ChannelParams, MessageSink};
 use crate::seq::SeqSpace;
-use crate::transfer::{MESSAGE_OVERHEAD, OutMessage, Priority};
+pub(crate) use crate::transfer::MESSAGE_OVERHEAD;
+use crate::transfer::{OutMessage, Priority};
 use crate::wire::{Fragment, MessageKind, SendMode};
+
+/// What a packet of `len` bytes costs against its channel's queue limit once it is split
+/// into `fragment_size` messages (see `OutMessage::cost`); the same while it waits for
+/// window space.
+pub(crate) fn packet_cost(len: usize, fragment_size: usize) -> usize {
+    len + len.div_ceil(fragment_size).max(1) * MESSAGE_OVERHEAD
+}
+
+/// What a window acknowledgement did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WindowAck {
+    /// It moved the transfer window.
+    Moved,
+    /// It was applied before (honest: a resent frame or a duplicated datagram).
+    Duplicate,
+    /// It names an id that is not spaced or was never sent: a protocol violation.
+    Invalid,
+}
 
 #[derive(Debug)]
 pub(crate) struct ChannelSender {
@@ -62,10 +81,14 @@ impl ChannelSender {
         len.div_ceil(self.fragment_size).max(1)
     }
 
-    /// What a packet of `len` bytes costs against the queue limit once it is split into
-    /// messages (see `OutMessage::cost`); the same while it waits for window space.
+    /// Payload bytes of every fragment but the last.
+    pub(crate) fn fragment_size(&self) -> usize {
+        self.fragment_size
+    }
+
+    /// What a packet of `len` bytes costs against the queue limit (see [`packet_cost`]).
     pub(crate) fn cost(&self, len: usize) -> usize {
-        len + self.fragments_for(len) * MESSAGE_OVERHEAD
+        packet_cost(len, self.fragment_size)
     }
 
     fn window_open(&self) -> bool {
@@ -128,13 +151,19 @@ impl ChannelSender {
         }
     }
 
-    /// A window acknowledgement for `m` arrived. Returns `false` (and changes nothing) when
-    /// `m` is not a spaced id inside the transfer window that was sent: stale or bogus.
-    pub(crate) fn on_window_ack(&mut self, m: u32, sink: &mut impl MessageSink) -> bool {
+    /// A window acknowledgement for `m` arrived. Changes nothing unless `m` is a spaced id
+    /// inside the transfer window that was sent.
+    pub(crate) fn on_window_ack(&mut self, m: u32, sink: &mut impl MessageSink) -> WindowAck {
         let s = SeqSpace::PACKET;
         let sent = s.distance(self.base, self.next);
-        if !s.is_spaced(m, self.params.ack_spacing) || s.distance(self.base, m) >= sent {
-            return false;
+        if !s.is_spaced(m, self.params.ack_spacing) {
+            return WindowAck::Invalid;
+        }
+        if s.distance(self.base, m) >= sent {
+            // Behind the window by at most a window: one already applied, carried again
+            // by a resent frame or a duplicated datagram. Anything else was never sent.
+            let behind = s.distance(m, self.base);
+            return if (1..=self.params.window).contains(&behind) { WindowAck::Duplicate } else { WindowAck::Invalid };
         }
         self.base = s.add(m, 1);
         while self.window_open() {
@@ -142,7 +171,7 @@ impl ChannelSender {
             self.waiting_bytes -= self.cost(data.len());
             self.emit(data, mode, sink);
         }
-        true
+        WindowAck::Moved
     }
 
     /// Whether an id may travel as its low 16 bits: the receiver's window base lies in
@@ -169,10 +198,10 @@ impl ChannelSender {
     /// Returns the bytes and packets freed.
     pub(crate) fn drop_waiting_unreliable(&mut self, need: usize) -> (usize, usize) {
         let (mut freed, mut packets) = (0, 0);
-        let cost = |len: usize| len + len.div_ceil(self.fragment_size).max(1) * MESSAGE_OVERHEAD;
+        let fragment_size = self.fragment_size;
         self.waiting.retain(|(data, mode)| {
             if freed < need && *mode == SendMode::Unreliable {
-                freed += cost(data.len());
+                freed += packet_cost(data.len(), fragment_size);
                 packets += 1;
                 false
             } else {

@@ -147,7 +147,7 @@ fn figure_8_window_acknowledgements_advance_both_windows() {
     let a = r.take_window_ack();
     assert_eq!(a, Some(1));
     let mut sink = Capture::default();
-    assert!(s.on_window_ack(1, &mut sink));
+    assert_eq!(s.on_window_ack(1, &mut sink), WindowAck::Moved);
     assert_eq!(s.window_base(), 2);
     let r4 = sink.0;
     assert_eq!((r4.len(), r4[0].id, r4[0].dependency), (1, 4, 3), "r4 depends on r1");
@@ -158,10 +158,16 @@ fn figure_8_window_acknowledgements_advance_both_windows() {
     // (b), (c), (d).
     assert_eq!(r.take_window_ack(), Some(3));
     assert_eq!(r.window_base(), 5);
-    assert!(s.on_window_ack(3, &mut Capture::default()));
+    assert_eq!(s.on_window_ack(3, &mut Capture::default()), WindowAck::Moved);
     assert_eq!(s.window_base(), 4);
-    // A stale acknowledgement is ignored.
-    assert!(!s.on_window_ack(1, &mut Capture::default()));
+    // An acknowledgement applied before (a resent frame carries it again) is ignored
+    // without blame; one for an id never sent, or not spaced, is a violation.
+    assert_eq!(s.on_window_ack(1, &mut Capture::default()), WindowAck::Duplicate);
+    assert_eq!(s.on_window_ack(3, &mut Capture::default()), WindowAck::Duplicate);
+    assert_eq!(s.window_base(), 4);
+    assert_eq!(s.on_window_ack(7, &mut Capture::default()), WindowAck::Invalid);
+    assert_eq!(s.on_window_ack(2, &mut Capture::default()), WindowAck::Invalid);
+    assert_eq!(s.on_window_ack(4 + 2 * 4 + 1, &mut Capture::default()), WindowAck::Invalid);
 }
 
 #[test]
@@ -188,7 +194,7 @@ fn figure_9_sentinels_unblock_a_window_of_lost_unreliable_packets() {
     assert_eq!(r.window_base(), 4);
     assert_eq!(r.take_window_ack(), Some(3));
     let mut sink = Capture::default();
-    assert!(s.on_window_ack(3, &mut sink));
+    assert_eq!(s.on_window_ack(3, &mut sink), WindowAck::Moved);
     assert!(!sink.0.is_empty(), "the waiting packet goes out");
 }
 
@@ -220,6 +226,50 @@ fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
     // Outside the window: stale, ignored.
     let far = Message { id: 0x40_0000, ..m.as_wire() };
     assert_eq!(r.on_message(&far, m.payload.clone(), &mut budget, false), Ok(false));
+}
+
+#[test]
+fn packets_larger_than_the_limit_are_refused_to_the_byte() {
+    // A 25-byte limit with 10-byte fragments: 3 fragments at most, the last of 5 bytes.
+    let mut budget = Budget::new(usize::MAX);
+    let whole = |len: usize| {
+        let payload = vec![1u8; len];
+        let m = Message {
+            kind: MessageKind::Fragment(SendMode::Reliable),
+            channel: 0,
+            id: 0,
+            dependency: 0,
+            fragment: Fragment::WHOLE,
+            payload: &payload,
+        };
+        let mut r = ChannelReceiver::new(ChannelParams::default(), 10, 8, 0);
+        let now = r.deliver_now(&m, || Bytes::copy_from_slice(&payload)).is_some();
+        (now, r.on_message(&m, Bytes::copy_from_slice(&payload), &mut Budget::new(usize::MAX), false))
+    };
+    assert_eq!(whole(8), (true, Ok(false)), "at the limit: delivered at once (then stale)");
+    // One byte over the limit, though it fits a fragment: neither delivered nor stored.
+    assert_eq!(whole(9), (false, Err(Violation::TooLarge)));
+    let mut r = ChannelReceiver::new(ChannelParams::default(), 10, 25, 0);
+    let ten = [2u8; 10];
+    let frag = |index, payload: &'static [u8]| Message {
+        kind: MessageKind::Fragment(SendMode::Reliable),
+        channel: 0,
+        id: 0,
+        dependency: 0,
+        fragment: Fragment { index, count: 3 },
+        payload,
+    };
+    let six: &'static [u8] = &[3; 6];
+    let five: &'static [u8] = &[3; 5];
+    assert_eq!(r.on_message(&frag(2, six), Bytes::from_static(six), &mut budget, false), Err(Violation::TooLarge));
+    for (i, p) in [(0, &ten[..]), (1, &ten[..])] {
+        let m = Message { payload: p, ..frag(i, five) };
+        assert_eq!(r.on_message(&m, Bytes::copy_from_slice(p), &mut budget, false), Ok(true));
+    }
+    assert_eq!(r.on_message(&frag(2, five), Bytes::from_static(five), &mut budget, false), Ok(true));
+    let mut got = Vec::new();
+    r.deliver(&mut budget, |b, _| got.push(b.len()));
+    assert_eq!(got, [25]);
 }
 
 #[test]
@@ -261,17 +311,29 @@ fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     // u0 and r1 fit; r2 does not.
     assert_eq!(ch.send(packet(0, 40), SendMode::Unreliable, cap, &mut sink), Ok(0));
     assert_eq!(ch.send(packet(1, 40), SendMode::Reliable, cap, &mut sink), Ok(0));
-    assert_eq!(ch.send(packet(2, 40), SendMode::Reliable, cap, &mut sink), Err(QueueFull));
-    assert_eq!(ch.send(packet(2, 40), SendMode::Passive, cap, &mut sink), Err(QueueFull));
+    assert_eq!(ch.send(packet(2, 40), SendMode::Reliable, cap, &mut sink), Err(Refused::QueueFull));
+    assert_eq!(ch.send(packet(2, 40), SendMode::Passive, cap, &mut sink), Err(Refused::QueueFull));
     // An unreliable packet pushes the oldest unreliable one out.
     assert_eq!(ch.send(packet(3, 40), SendMode::Unreliable, cap, &mut sink), Ok(0));
     assert_eq!(ch.held(&sink), 2 * cost(40));
     let ids: Vec<u32> = sink.0.iter().map(|m| seq_of(&m.payload)).collect();
     assert_eq!(ids, [1, 3]);
     // When only reliable data is left, the new unreliable packet itself is dropped.
-    assert_eq!(ch.send(packet(4, 60), SendMode::Reliable, cap, &mut sink), Err(QueueFull));
+    assert_eq!(ch.send(packet(4, 60), SendMode::Reliable, cap, &mut sink), Err(Refused::QueueFull));
     assert_eq!(ch.send(packet(5, 70), SendMode::Unreliable, cap, &mut sink), Ok(1));
     assert_eq!(ch.held(&sink), cost(40));
+    // A packet larger than the whole limit is refused in every mode, whatever is queued,
+    // with the largest size that could ever go: not a full queue to wait out.
+    // 100-byte fragments: a 101-byte packet needs two queue slots, which do not fit.
+    let max = 100;
+    assert!(ch.send.cost(max) <= cap && ch.send.cost(max + 1) > cap);
+    for mode in [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive] {
+        assert_eq!(ch.send(packet(6, max + 1), mode, cap, &mut sink), Err(Refused::NeverFits { max }));
+    }
+    assert_eq!(ch.held(&sink), cost(40), "nothing was dropped for it");
+    // Several fragments: each costs its queue slot.
+    assert_eq!(largest_fitting(3 * (100 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7, 100), 307);
+    assert_eq!(ch.send.cost(307), 3 * (100 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7);
 }
 
 /// An arbitrary run: packets of random modes and sizes over a network that loses,

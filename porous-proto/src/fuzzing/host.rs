@@ -11,8 +11,9 @@
 //! - nothing panics;
 //! - peers, pending handshakes, reassembly memory, queued bytes and the memory a host
 //!   reports stay within what the configuration allows;
-//! - no datagram to an address without a connection is larger than a connect request
-//!   (no amplification);
+//! - no datagram to an address without a connection is larger than a connect request,
+//!   and a stranger that has not proven it receives (by acknowledging a reply) never gets
+//!   more bytes in total than it sent (no amplification, at once or over time);
 //! - while no forged datagram has reached a host, what it delivers keeps the guarantees:
 //!   per channel, nothing duplicated or reordered, reliable packets exactly once and in
 //!   order;
@@ -276,11 +277,15 @@ impl Caps {
     }
 }
 
-/// A stranger's view of its handshake with the server.
+/// A stranger's view of its handshake with the server, and the bytes each way until it
+/// proves it receives (by acknowledging the server's reply).
 #[derive(Clone, Copy, Debug, Default)]
 struct Stranger {
     request: Option<ConnectRequest>,
     reply: Option<Control>,
+    proven: bool,
+    bytes_in: usize,
+    bytes_out: usize,
 }
 
 /// What one side has sent on one connection, for checking what the other delivers.
@@ -387,15 +392,23 @@ impl World {
             }
             Step::Raw { to, stranger, bytes } => {
                 let from = stranger.map_or(to.other().addr(), stranger_addr);
+                let bytes = bytes.get(..1500).unwrap_or(bytes);
+                // `stranger_addr` takes the index modulo STRANGERS, and so does this.
+                if *to == Side::Server
+                    && let Some(st) = stranger.and_then(|i| self.strangers.get_mut(usize::from(i % STRANGERS)))
+                {
+                    st.bytes_in += bytes.len();
+                }
                 let now = self.now;
-                self.host(*to).handle_datagram(now, from, bytes.get(..1500).unwrap_or(bytes));
+                self.host(*to).handle_datagram(now, from, bytes);
             }
             Step::Forge { to, datagram } => self.forge(*to, datagram),
             Step::Request { stranger, request } => {
                 let i = stranger % STRANGERS;
                 let mut req = request.0;
                 req.cookie = None;
-                self.strangers[usize::from(i)] = Stranger { request: Some(req), reply: None };
+                let st = &mut self.strangers[usize::from(i)];
+                (st.request, st.reply) = (Some(req), None);
                 self.stranger_sends(i, &Control::Request(req), Key::version());
             }
             Step::Answer { stranger } => self.answer(stranger % STRANGERS),
@@ -408,10 +421,11 @@ impl World {
             }
             Step::Disconnect { side, now: at_once } => {
                 let Some(peer) = self.host(*side).peer_by_addr(side.other().addr()) else { return };
+                let now = self.now;
                 if *at_once {
-                    self.host(*side).disconnect_now(peer);
+                    self.host(*side).disconnect_now(now, peer);
                 } else {
-                    self.host(*side).disconnect(peer);
+                    self.host(*side).disconnect(now, peer);
                 }
             }
         }
@@ -487,6 +501,9 @@ impl World {
     fn stranger_sends(&mut self, i: u8, c: &Control, key: Key) {
         let mut out = Vec::new();
         c.encode(key, &mut out);
+        if let Some(st) = self.strangers.get_mut(usize::from(i)) {
+            st.bytes_in += out.len();
+        }
         let now = self.now;
         self.host(Side::Server).handle_datagram(now, stranger_addr(i), &out);
     }
@@ -496,6 +513,10 @@ impl World {
         match (st.request, st.reply) {
             (Some(_), Some(Control::RequestAck(server))) => {
                 self.stranger_sends(i, &Control::Ack, Key::reply(server.nonce));
+                // Only a receiver of the reply can acknowledge it.
+                if let Some(st) = self.strangers.get_mut(usize::from(i)) {
+                    st.proven = true;
+                }
             }
             (Some(mut req), Some(Control::Challenge(cookie))) => {
                 req.cookie = Some(cookie);
@@ -570,6 +591,15 @@ impl World {
         }
         if let Some(i) = (0..STRANGERS).find(|&i| stranger_addr(i) == to) {
             let st = &mut self.strangers[usize::from(i)];
+            if !st.proven {
+                st.bytes_out += payload.len();
+                assert!(
+                    st.bytes_out <= st.bytes_in,
+                    "{} bytes sent to {to}, which sent {} and has not proven it receives",
+                    st.bytes_out,
+                    st.bytes_in
+                );
+            }
             if let Some(req) = st.request
                 && let Ok(c) = Control::decode(&payload, Key::reply(req.nonce))
             {

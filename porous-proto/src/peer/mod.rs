@@ -155,7 +155,9 @@ impl Peer {
             },
             since: now,
             last_recv: now,
-            next_send: Some(now),
+            // The side that connects sends its first request at the next step; an incoming
+            // handshake only ever answers.
+            next_send: (origin == Origin::Local).then_some(now),
             retry: cfg.connect_retry,
             malformed: 0,
             handshake_sent: None,
@@ -254,13 +256,23 @@ impl Peer {
     }
 
     /// Sends this side's request, acknowledging the other's when it is known.
+    ///
+    /// Only the side that called `connect` resends on a timer. An incoming handshake
+    /// answers each request it receives once and never on its own: its address has not
+    /// proven it receives, and every request it sends is answered by one reply no larger,
+    /// so nobody can make this host send a spoofed address more than it sent (a lost
+    /// reply is covered by the requester's own retry).
     fn send_handshake(&mut self, now: Instant, io: &mut Io<'_>) {
         match &self.remote_req {
             Some(r) => io.control(self.remote, &Control::RequestAck(self.local), Key::reply(r.nonce)),
             None => io.control(self.remote, &Control::Request(self.local), Key::version()),
         }
-        self.next_send = Some(now + self.retry);
-        self.retry = (self.retry * 2).min(MAX_RETRY);
+        if self.origin == Origin::Local {
+            self.next_send = Some(now + self.retry);
+            self.retry = (self.retry * 2).min(MAX_RETRY);
+        }
+        // Every handshake datagram counts, timer-driven or a reply: a round-trip sample
+        // is taken only when exactly one went out (Karn's rule).
         self.handshake_sent = Some(match self.handshake_sent {
             Some((first, n)) => (first, n + 1),
             None => (now, 1),
@@ -314,7 +326,8 @@ impl Peer {
             Control::Disconnect => self.on_disconnect(now, io),
             Control::DisconnectAck => {
                 if self.state == PeerState::Disconnecting {
-                    self.end(now, PeerState::Disconnected, DisconnectReason::Local, io);
+                    let reason = self.graceful_end();
+                    self.end(now, PeerState::Disconnected, reason, io);
                 }
             }
         }
@@ -341,7 +354,7 @@ impl Peer {
                     io.control(self.remote, &Control::Ack, Key::reply(req.nonce));
                     self.connected(now, cfg, io);
                 } else {
-                    io.control(self.remote, &Control::RequestAck(self.local), Key::reply(req.nonce));
+                    self.send_handshake(now, io);
                 }
             }
             PeerState::Connected => {
@@ -509,9 +522,20 @@ impl Peer {
         s.flush(now, io.out, |payload| transmits.push_back(Transmit { remote, payload }));
     }
 
+    /// How a graceful disconnection ends: `Local` when everything sent was acknowledged,
+    /// `FlushTimeout` when some of it may never have arrived.
+    fn graceful_end(&self) -> DisconnectReason {
+        if self.session.as_ref().is_none_or(Session::is_drained) {
+            DisconnectReason::Local
+        } else {
+            DisconnectReason::FlushTimeout
+        }
+    }
+
     fn poll_closing(&mut self, now: Instant, io: &mut Io<'_>) {
         if self.heard_nothing(now) {
-            self.end(now, PeerState::Zombie, DisconnectReason::Local, io);
+            let reason = self.graceful_end();
+            self.end(now, PeerState::Zombie, reason, io);
             return;
         }
         if let Some(Closing::Flushing(deadline)) = self.closing {
@@ -526,7 +550,8 @@ impl Peer {
         }
         let Some(Closing::Requesting(started)) = self.closing else { return };
         if now.saturating_duration_since(started) >= self.timing.disconnect_timeout {
-            self.end(now, PeerState::Disconnected, DisconnectReason::Local, io);
+            let reason = self.graceful_end();
+            self.end(now, PeerState::Disconnected, reason, io);
             return;
         }
         // Keep acknowledging what still arrives while waiting.
@@ -597,6 +622,7 @@ impl Peer {
             cwnd: t.map_or(0, |t| t.cwnd()),
             ssthresh: t.map_or(0, |t| t.ssthresh()),
             flight: t.map_or(0, |t| t.flight()),
+            frames_in_flight: t.map_or(0, |t| t.frames_in_flight()),
             mtu: s.map_or(0, |s| s.params.mtu),
             transfer: t.map_or(TransferStats::default(), |t| t.stats()),
             packets_sent: c.packets_sent,

@@ -18,7 +18,7 @@ use crate::arena::Arena;
 use super::negotiate::Params;
 use crate::channel::{
     Admission, Budget, Channel, ChannelParams, ChannelReceiver, ChannelSender, ENTRY_OVERHEAD, ENTRY_SIZE,
-    MAX_DISPLACED, Marks, QueueFull, Tier,
+    MAX_DISPLACED, Marks, Refused, Tier, WindowAck,
 };
 use crate::config::PeerConfig;
 use crate::event::{Event, PeerId, SendError};
@@ -214,8 +214,9 @@ impl Session {
         let Some(ch) = self.channels.get_mut(channel) else {
             return Err(SendError::NoSuchChannel { channel, channels });
         };
-        if data.len() > self.params.send_max_packet {
-            return Err(SendError::TooLarge { size: data.len(), max: self.params.send_max_packet });
+        let len = data.len();
+        if len > self.params.send_max_packet {
+            return Err(SendError::TooLarge { size: len, max: self.params.send_max_packet });
         }
         match ch.send(data, mode, cap, &mut self.transfer) {
             Ok(dropped) => {
@@ -223,7 +224,8 @@ impl Session {
                 self.counters.unreliable_dropped += dropped as u64;
                 Ok(())
             }
-            Err(QueueFull) => Err(SendError::QueueFull { channel }),
+            Err(Refused::QueueFull) => Err(SendError::QueueFull { channel }),
+            Err(Refused::NeverFits { max }) => Err(SendError::TooLarge { size: len, max }),
         }
     }
 
@@ -278,7 +280,7 @@ impl Session {
                 continue;
             };
             if m.kind == MessageKind::WindowAck {
-                if !ch.send.on_window_ack(m.id, &mut self.transfer) {
+                if ch.send.on_window_ack(m.id, &mut self.transfer) == WindowAck::Invalid {
                     self.counters.violations += 1;
                 }
                 continue;

@@ -36,6 +36,15 @@ pub struct LinkConditions {
     pub reorder: f64,
     /// Extra delay of a reordered datagram.
     pub reorder_delay: Duration,
+    /// Probability a datagram is delivered once more, late: a copy delayed by up to
+    /// `late_delay` beyond its normal arrival (a duplicate held in some queue of the path).
+    pub late_duplicate: f64,
+    /// The most a late duplicate arrives after the original, drawn uniformly.
+    pub late_delay: Duration,
+    /// Probability, per datagram sent, that one of the last [`REPLAY_HISTORY`] datagrams
+    /// that crossed this link is delivered again now (a replay: an attacker or a broken
+    /// middlebox sending old datagrams).
+    pub replay: f64,
     /// Probability one random bit of a datagram is flipped.
     pub corrupt: f64,
     /// Bottleneck rate in bytes per second; `None` for no limit.
@@ -59,6 +68,9 @@ impl Default for LinkConditions {
             duplicate: 0.0,
             reorder: 0.0,
             reorder_delay: Duration::ZERO,
+            late_duplicate: 0.0,
+            late_delay: Duration::ZERO,
+            replay: 0.0,
             corrupt: 0.0,
             bandwidth: None,
             queue: 0,
@@ -185,8 +197,10 @@ pub struct LinkStats {
     pub lost: u64,
     /// Dropped by the bottleneck queue.
     pub queue_drops: u64,
-    /// Extra copies delivered.
+    /// Extra copies delivered (late ones included).
     pub duplicated: u64,
+    /// Old datagrams delivered again.
+    pub replayed: u64,
     /// Delivered corrupted.
     pub corrupted: u64,
     /// Dropped for their size.
@@ -194,6 +208,9 @@ pub struct LinkStats {
     /// Dropped while the link was down or by a script.
     pub dropped: u64,
 }
+
+/// How many recent datagrams a link keeps for [`LinkConditions::replay`].
+pub const REPLAY_HISTORY: usize = 64;
 
 /// The state of one direction of a link.
 #[derive(Debug, Default)]
@@ -204,6 +221,8 @@ pub(crate) struct LinkState {
     busy_until: Option<Instant>,
     /// Latest arrival so far of a datagram not held back: jitter never goes below it.
     last_arrival: Option<Instant>,
+    /// The latest datagrams that crossed, for replays (kept only while replay is on).
+    pub(crate) history: std::collections::VecDeque<bytes::Bytes>,
 }
 
 /// A uniform draw in `[0, 1)`.
@@ -272,7 +291,11 @@ impl LinkState {
         };
         let mut draw = || unit(rng);
         let first = delay(&mut draw);
-        let second = (draw() < c.duplicate).then(|| delay(&mut draw));
+        let mut second = (draw() < c.duplicate).then(|| delay(&mut draw));
+        // Draw only when late duplicates are on, so runs without them stay as they were.
+        if c.late_duplicate > 0.0 && draw() < c.late_duplicate {
+            second = Some(first + c.late_delay.mul_f64(draw()));
+        }
         self.last_arrival = last;
         let corrupt = draw() < c.corrupt;
         let bit = (draw() * (len * 8) as f64) as usize;

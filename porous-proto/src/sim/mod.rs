@@ -78,7 +78,7 @@ use rand_pcg::Pcg64Mcg;
 
 use crate::{ConfigError, Event, Host, HostConfig};
 use link::LinkState;
-pub use link::{BurstLoss, Fate, LinkConditions, LinkStats};
+pub use link::{BurstLoss, Fate, LinkConditions, LinkStats, REPLAY_HISTORY};
 pub use trace::TraceRecord;
 
 /// A script deciding per datagram whether a link lets it through (`false` drops it):
@@ -361,6 +361,24 @@ impl Network {
                 trace.push(TraceRecord { sent, from, to, len, fate });
             }
         };
+        if link.conditions.replay > 0.0 {
+            let draw = link::unit(&mut self.rng);
+            if draw < link.conditions.replay && !link.history.is_empty() {
+                let pick = (link::unit(&mut self.rng) * link.history.len() as f64) as usize;
+                if let Some(old) = link.history.get(pick).cloned() {
+                    link.stats.replayed += 1;
+                    let at = self.now + link.conditions.latency;
+                    let seq = self.next_seq;
+                    self.next_seq += 1;
+                    self.in_flight.push(Reverse((at, seq)));
+                    self.pending.insert(seq, Pending { from, to, payload: old });
+                }
+            }
+            if link.history.len() == REPLAY_HISTORY {
+                link.history.pop_front();
+            }
+            link.history.push_back(payload.clone());
+        }
         let carried = match fate {
             Ok(c) => c,
             Err(f) => return record(f),

@@ -122,10 +122,20 @@ impl Receiver {
     }
 
     fn trim(&mut self) {
-        // Keep ids inside [i_b - N_P, i_b) and at most MAX_RANGES ranges.
+        // Keep ids inside [i_b - N_P, i_b).
         let limit = self.window - 1;
-        while self.ranges.back().is_some_and(|r| self.age(r.last) > limit) || self.ranges.len() > MAX_RANGES {
+        while self.ranges.back().is_some_and(|r| self.age(r.last) > limit) {
             self.ranges.pop_back();
+        }
+        // At most MAX_RANGES: forget the oldest range already repeated in full, so a
+        // frame arriving behind many such ranges (a resend whose acknowledgements were all
+        // lost) is still acknowledged; only when every range still waits to be repeated
+        // does the oldest go.
+        while self.ranges.len() > MAX_RANGES {
+            match self.ranges.iter().rposition(|r| r.repeats == 0) {
+                Some(i) => self.ranges.remove(i),
+                None => self.ranges.pop_back(),
+            };
         }
         let s = SeqSpace::FRAME;
         let oldest = s.sub(self.i_b, self.window);
@@ -135,9 +145,11 @@ impl Receiver {
         }
     }
 
-    /// Whether an acknowledgement must be sent.
+    /// Whether an acknowledgement must be sent: a frame arrived since the last ack section
+    /// and its range is still to be sent (a frame whose range was forgotten at once has
+    /// nothing to say).
     pub(crate) fn ack_due(&self) -> bool {
-        self.fresh
+        self.fresh && self.has_repeats()
     }
 
     /// Whether any range still wants repeating.
@@ -145,12 +157,20 @@ impl Receiver {
         self.ranges.iter().any(|r| r.repeats > 0)
     }
 
-    /// The ranges the next ack section should carry, newest first, at most `max`.
-    pub(crate) fn ranges_to_send(&self, out: &mut smallvec::SmallVec<[AckRange; MAX_RANGES]>, max: usize) {
+    /// The ranges the next ack section should carry, newest first, as many as fit an ack
+    /// section of `max_bytes` (an acknowledgement alone must fit the smallest datagram).
+    pub(crate) fn ranges_to_send(&self, out: &mut smallvec::SmallVec<[AckRange; MAX_RANGES]>, max_bytes: usize) {
         out.clear();
-        out.extend(
-            self.ranges.iter().filter(|r| r.repeats > 0).take(max).map(|r| AckRange { first: r.first, last: r.last }),
-        );
+        let mut len = 0;
+        for r in self.ranges.iter().filter(|r| r.repeats > 0) {
+            let range = AckRange { first: r.first, last: r.last };
+            let more = crate::wire::ack_range_len(out.last(), &range);
+            if len + more > max_bytes {
+                break;
+            }
+            len += more;
+            out.push(range);
+        }
     }
 
     /// The first `n` ranges that [`Receiver::ranges_to_send`] returned went out.
@@ -169,8 +189,74 @@ mod tests {
 
     fn ranges(r: &Receiver) -> Vec<(u32, u32)> {
         let mut out = SmallVec::new();
-        r.ranges_to_send(&mut out, MAX_RANGES);
+        r.ranges_to_send(&mut out, usize::MAX);
         out.iter().map(|a| (a.first, a.last)).collect()
+    }
+
+    /// Fills `r` with `MAX_RANGES` one-frame ranges from `from` and sends each three times.
+    fn full_and_acknowledged(r: &mut Receiver, from: u32) {
+        for k in (from..from + 2 * MAX_RANGES as u32).step_by(2) {
+            r.record(k);
+        }
+        while r.has_repeats() {
+            let n = ranges(r).len();
+            r.sent(n);
+        }
+        assert!(!r.ack_due());
+    }
+
+    #[test]
+    fn a_frame_older_than_every_kept_range_is_still_acknowledged() {
+        // A resent frame whose acknowledgements were all lost arrives behind 64 ranges
+        // that were acknowledged three times each: it must be acknowledged (or its sender
+        // resends it forever), and an acknowledgement is due only with something to say.
+        let mut r = Receiver::new(0, 65_536);
+        full_and_acknowledged(&mut r, 1000);
+        r.record(10);
+        assert!(r.ack_due());
+        assert_eq!(ranges(&r), [(10, 10)]);
+        // Acknowledged ranges make way; those still to be repeated stay.
+        let mut q = Receiver::new(0, 65_536);
+        for k in (1000..1000 + 2 * MAX_RANGES as u32).step_by(2) {
+            q.record(k);
+        }
+        q.record(10);
+        // With every range still to be repeated, the oldest goes: its sender resends it
+        // later, when older ranges have been repeated and make way.
+        assert_eq!(ranges(&q).len(), MAX_RANGES);
+        assert!(!ranges(&q).contains(&(10, 10)) && ranges(&q).contains(&(1000, 1000)));
+    }
+
+    #[test]
+    fn an_acknowledgement_due_always_has_a_range_to_send() {
+        let mut r = Receiver::new(0, 65_536);
+        full_and_acknowledged(&mut r, 1000);
+        // A duplicate of a frame whose range is kept re-arms that range.
+        r.record(1000);
+        assert!(r.ack_due() && ranges(&r) == [(1000, 1000)]);
+        r.sent(1);
+        // Outside the window: never recorded (the caller checks), nothing due.
+        assert!(!r.in_window(1000 + 2 * 65_536));
+    }
+
+    #[test]
+    fn ranges_sent_fit_the_byte_budget() {
+        let mut r = Receiver::new(0, 65_536);
+        for k in (0..4000).step_by(3) {
+            r.record(k);
+        }
+        for budget in [10, 40, 117, 300, 1000] {
+            let mut out = SmallVec::new();
+            r.ranges_to_send(&mut out, budget);
+            assert!(!out.is_empty());
+            assert!(crate::wire::ack_section_len(&out) <= budget, "{budget}");
+            // The next range would not have fit.
+            let mut more = SmallVec::new();
+            r.ranges_to_send(&mut more, usize::MAX);
+            if out.len() < more.len() {
+                assert!(crate::wire::ack_section_len(&more[..=out.len()]) > budget);
+            }
+        }
     }
 
     #[test]

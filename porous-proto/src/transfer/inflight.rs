@@ -228,19 +228,24 @@ impl InFlight {
         });
     }
 
+    /// Logs a transmission of frame `id` at `at` and returns its serial. The caller then
+    /// records the serial on the frame (which may not be in `frames` yet).
     fn take_serial(&mut self, id: u32, at: Instant) -> u64 {
-        let serial = self.next_serial;
-        self.next_serial += 1;
-        self.sent.push_back(Sent { serial, id, at });
         // Superseded transmissions leave the log only from its front; behind a live one
-        // they pile up (a frame resent again and again). Past twice the frames, sweep.
-        if self.sent.len() > 2 * self.frames.len() + 64 {
+        // they pile up (a frame resent again and again). Past twice the frames, sweep,
+        // before logging the new transmission: its frame does not carry its serial yet,
+        // and a sweep after would drop it, leaving a frame that no loss rule could ever
+        // find (it stalled a transfer at the 128-byte MTU).
+        if self.sent.len() >= 2 * self.frames.len() + 64 {
             let (k_b, frames) = (self.k_b, &self.frames);
             self.sent.retain(|s| {
                 let i = SeqSpace::FRAME.distance(k_b, s.id) as usize;
                 frames.get(i).is_some_and(|f| f.serial == s.serial && f.state == State::InFlight)
             });
         }
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        self.sent.push_back(Sent { serial, id, at });
         serial
     }
 

@@ -120,8 +120,6 @@ pub struct TransferStats {
     pub frames_received: u64,
     /// Frames dropped for lying outside the receive window.
     pub frames_out_of_window: u64,
-    /// Acknowledgements naming frames that were never sent (ignored).
-    pub acks_for_unsent: u64,
     /// Datagrams sent.
     pub datagrams_sent: u64,
     /// Datagrams received and verified.
@@ -136,6 +134,11 @@ pub struct TransferStats {
     pub unreliable_dropped: u64,
     /// Congestion window resets (spec equations (13)-(15)).
     pub congestion_resets: u64,
+    /// Frames given up without an acknowledgement: unreliable frames considered lost and
+    /// discarded, and frames still unacknowledged when the connection ended. A count that
+    /// climbs while `frames_acked` stands still means the peer hears nothing of what this
+    /// side sends.
+    pub frames_unacknowledged: u64,
     /// Frame ids skipped on purpose (never sent) to catch dishonest acknowledgements.
     pub frames_skipped: u64,
     /// Acknowledgements of skipped ids: the peer acknowledged what it never received.
@@ -255,6 +258,7 @@ impl Transfer {
 
     /// Drops everything queued or in flight.
     pub(crate) fn clear(&mut self) {
+        self.stats.frames_unacknowledged += self.inflight.outstanding() as u64;
         let queued = &mut self.queued;
         self.queues.clear(|m| release(queued, m));
         self.inflight.clear(|m| release(queued, m));
@@ -263,10 +267,13 @@ impl Transfer {
     fn ping_period(&self) -> Duration {
         // A round-trip time can measure zero (a loopback, a simulation); pings never go
         // out more often than every MIN_PING_PERIOD, or "once per RTT" would mean always.
+        // Nor less often than the keepalive interval, however long the RTT: the other
+        // side times out on silence, and on a path slower than its timeout only a steady
+        // stream of pings (answered long after) keeps both sides hearing each other.
         if self.inflight.outstanding() > 0 {
-            self.rtt.srtt().max(MIN_PING_PERIOD)
+            self.rtt.srtt().clamp(MIN_PING_PERIOD, self.cfg.ping_interval.max(MIN_PING_PERIOD))
         } else {
-            self.cfg.ping_interval.max(self.rtt.srtt())
+            self.cfg.ping_interval
         }
     }
 
@@ -291,7 +298,8 @@ impl Transfer {
         let mut ranges: SmallVec<[AckRange; MAX_RANGES]> = SmallVec::new();
         let acks_due = self.receiver.ack_due();
         if acks_due || self.receiver.has_repeats() {
-            self.receiver.ranges_to_send(&mut ranges, MAX_RANGES);
+            // Never more than an acknowledgement alone can carry at this MTU.
+            self.receiver.ranges_to_send(&mut ranges, mtu - FRAME_OVERHEAD_MAX);
         }
         let ack_len = crate::wire::ack_section_len(&ranges);
         let ping_due = self.ping.due(now, self.ping_period());
@@ -320,15 +328,27 @@ impl Transfer {
         };
         // Acknowledgements ride along when they fit. A new frame's budget already left room
         // for due ones; when a resend leaves none, the due acknowledgements go alone first
-        // and the resend follows in the next datagram. Repeats that do not fit wait.
-        let acks_fit = frame.is_none() || FRAME_OVERHEAD_MAX + ack_len + msgs_len <= mtu;
-        let (frame, ranges_sent) = match (acks_fit, acks_due) {
+        // and the resend follows in the next datagram. Repeats take what room is left:
+        // the newest ranges that fit.
+        let room = if frame.is_some() { mtu - FRAME_OVERHEAD_MAX - msgs_len } else { mtu - FRAME_OVERHEAD_MAX };
+        let (frame, ranges_sent) = match (ack_len <= room, acks_due) {
             (true, _) => (frame, ranges.len()),
             (false, true) => {
                 plan = Plan::Bare;
                 (None, ranges.len())
             }
-            (false, false) => (frame, 0),
+            (false, false) => {
+                let mut len = 0;
+                let mut fit = 0;
+                for (i, r) in ranges.iter().enumerate() {
+                    len += crate::wire::ack_range_len(i.checked_sub(1).and_then(|j| ranges.get(j)), r);
+                    if len > room {
+                        break;
+                    }
+                    fit = i + 1;
+                }
+                (frame, fit)
+            }
         };
         let acks = ranges.get(..ranges_sent).unwrap_or_default();
         if frame.is_none() && !acks_due && !ping_due && echo.is_none() {
@@ -489,11 +509,10 @@ impl Transfer {
         let next = self.inflight.next_id();
         let outstanding = i64::from(s.distance(base, next));
         let lo = s.offset(range.first, base).max(0);
+        // Ranges end at the newest acknowledged id, which decoding expands below the next
+        // id to send (and checks in full): no range can name a frame never sent. The
+        // clamp only keeps the walk inside the queue.
         let hi = s.offset(range.last, base);
-        if hi >= outstanding {
-            // Part of the range names frames never sent.
-            self.stats.acks_for_unsent += 1;
-        }
         let span = u64::from(s.distance(range.first, range.last)) + 1;
         if self.skipped.iter().any(|&k| s.in_range(k, range.first, span)) {
             self.stats.dishonest_acks += 1;
@@ -532,8 +551,10 @@ impl Transfer {
             );
             if let Some(outcome) = stripped {
                 stats.frames_lost += 1;
-                if matches!(outcome, Outcome::Sentinel) {
-                    stats.sentinel_frames += 1;
+                match outcome {
+                    Outcome::Sentinel => stats.sentinel_frames += 1,
+                    Outcome::Discarded => stats.frames_unacknowledged += 1,
+                    _ => {}
                 }
                 cc.on_drop(now, path);
             }
@@ -622,6 +643,11 @@ impl Transfer {
 
     pub(crate) fn flight(&self) -> usize {
         self.inflight.flight()
+    }
+
+    /// Frames sent and not yet acknowledged or given up.
+    pub(crate) fn frames_in_flight(&self) -> usize {
+        self.inflight.outstanding()
     }
 
     /// `k_b`, the base of the transfer window.

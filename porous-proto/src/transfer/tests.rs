@@ -150,6 +150,7 @@ fn lost_unreliable_frames_are_discarded_or_become_sentinels() {
     a.on_timeout(later);
     let s = a.stats();
     assert_eq!((s.frames_lost, s.sentinel_frames, s.unreliable_stripped), (4, 1, 4));
+    assert_eq!(s.frames_unacknowledged, 3, "three given up; the sentinel goes again");
     // Frame 3 is resent empty; the others are gone.
     let out = flush(&mut a, later, key);
     let b = Transfer::new(cfg(1200), 0, 0);
@@ -304,4 +305,97 @@ fn a_zero_round_trip_never_makes_a_flush_endless() {
     assert_eq!(a.rtt(), Duration::ZERO);
     assert!(a.rto() >= MS, "the RTO keeps its granularity floor");
     assert_eq!(a.flight(), 0);
+}
+
+#[test]
+fn a_resend_behind_every_kept_range_is_acknowledged_at_the_smallest_mtu() {
+    // The receiver holds the most ranges it keeps, every one repeated in full, when a
+    // frame older than all of them arrives again. It must be acknowledged (its sender
+    // would otherwise resend it forever), in a datagram that fits the smallest MTU, and
+    // no flush may write a datagram with nothing in it.
+    let t0 = Instant::now();
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut c = cfg(crate::wire::MIN_MTU);
+    c.initial_window = 1 << 20;
+    let mut a = Transfer::new(c.clone(), 0, 0);
+    let mut b = Transfer::new(c, 0, 0);
+    let mut sent = Vec::new();
+    for i in 0..=(2 * MAX_RANGES as u32) {
+        a.enqueue(Priority::High, message(0, i, SendMode::Reliable, 10));
+        sent.extend(flush(&mut a, t0, kab));
+    }
+    // Frame 0 is lost, and every other frame after it: as many ranges as b keeps.
+    for d in sent.iter().skip(1).step_by(2) {
+        deliver(&mut b, t0, kab, d);
+    }
+    // b repeats its ranges on frames of its own until none is left to repeat; none of
+    // it reaches a.
+    let mut id = 1000;
+    while b.receiver.has_repeats() {
+        b.enqueue(Priority::High, message(1, id, SendMode::Reliable, 10));
+        id += 1;
+        flush(&mut b, t0, kba);
+        assert!(id < 1100, "b's ranges are repeated within a hundred frames");
+    }
+    // Frame 0 arrives again, resent.
+    deliver(&mut b, t0, kab, &sent[0]);
+    let out = flush(&mut b, t0, kba);
+    assert_eq!(out.len(), 1);
+    let data = Data::decode(&out[0], kba, &Exp(&a)).expect("a valid acknowledgement"); // ok: test
+    assert!(data.acks().any(|r| r.first == 0), "frame 0 is acknowledged: {:?}", data.acks().collect::<Vec<_>>());
+    deliver(&mut a, t0, kba, &out[0]);
+    // Frame 0 joined frame 1's range, so both are acknowledged; frame 2 never arrived.
+    assert_eq!(a.window_base(), 2, "a's transfer window moves past frame 0");
+}
+
+#[test]
+fn an_acknowledgement_of_a_frame_never_sent_fails_the_check() {
+    // A peer holding the keys writes an acknowledgement of a frame a has not sent yet:
+    // the receiver expands its 16-bit id below the next id to send, so the check
+    // computed over the id the writer meant does not verify.
+    let t0 = Instant::now();
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut a = Transfer::new(cfg(1200), 500, 0);
+    a.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 10));
+    flush(&mut a, t0, kab);
+    assert_eq!(a.next_frame_id(), 501);
+    for unsent in [501, 505, 501 + 30_000] {
+        let acks = [AckRange { first: unsent, last: unsent }];
+        let header = DataHeader { frame: None, ping: None, ping_ack: None, acks: &acks };
+        let mut buf = Vec::new();
+        let w = DataWriter::new(&mut buf, kba, &header);
+        w.finish();
+        assert_eq!(Data::decode(&buf, kba, &Exp(&a)), Err(crate::wire::DecodeError::BadChecksum), "{unsent}");
+    }
+    // The same datagram naming the frame that was sent verifies.
+    let acks = [AckRange { first: 500, last: 500 }];
+    let header = DataHeader { frame: None, ping: None, ping_ack: None, acks: &acks };
+    let mut buf = Vec::new();
+    DataWriter::new(&mut buf, kba, &header).finish();
+    assert!(deliver(&mut a, t0, kba, &buf).is_none(), "not a frame");
+    assert_eq!(a.flight(), 0, "frame 500 acknowledged");
+}
+
+#[test]
+fn keepalive_pings_keep_their_interval_however_long_the_round_trip() {
+    // An RTT longer than the peer's timeout must not stretch the keepalive past it: the
+    // idle period was once max(ping_interval, srtt).
+    let t0 = Instant::now();
+    let key = Key::connection(1, 2);
+    let mut c = cfg(1200);
+    c.ping_interval = 500 * MS;
+    let mut a = Transfer::new(c, 0, 0);
+    a.rtt_sample(Duration::from_secs(20));
+    assert_eq!(flush(&mut a, t0, key).len(), 1, "the first ping");
+    assert_eq!(a.next_timeout(), Some(t0 + 500 * MS));
+    // With data in flight, once per RTT, but never less often than the keepalive.
+    a.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 10));
+    flush(&mut a, t0 + 500 * MS, key);
+    assert!(a.flight() > 0);
+    assert_eq!(a.ping_period(), 500 * MS);
+    let mut b = Transfer::new(cfg(1200), 0, 0);
+    b.rtt_sample(Duration::ZERO);
+    b.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 10));
+    flush(&mut b, t0, key);
+    assert_eq!(b.ping_period(), MIN_PING_PERIOD, "never more often than the floor");
 }

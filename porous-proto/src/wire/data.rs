@@ -94,13 +94,24 @@ impl DataHeader<'_> {
 
 /// Bytes an ack section with these ranges takes (0 for none).
 pub fn ack_section_len(ranges: &[AckRange]) -> usize {
-    let Some(first) = ranges.first() else { return 0 };
-    let s = SeqSpace::FRAME;
-    let mut len = 1 + 2 + varint_len(s.distance(first.first, first.last));
-    for (newer, older) in ranges.iter().zip(ranges.iter().skip(1)) {
-        len += varint_len(s.distance(older.last, newer.first) - 2) + varint_len(s.distance(older.first, older.last));
+    let mut len = 0;
+    let mut newer = None;
+    for r in ranges {
+        len += ack_range_len(newer, r);
+        newer = Some(r);
     }
     len
+}
+
+/// Bytes `range` adds to an ack section after `newer` (the range before it, newest first),
+/// or as the section's first range (head and newest id included).
+pub fn ack_range_len(newer: Option<&AckRange>, range: &AckRange) -> usize {
+    let s = SeqSpace::FRAME;
+    let len = varint_len(s.distance(range.first, range.last));
+    match newer {
+        None => 1 + 2 + len,
+        Some(n) => varint_len(s.distance(range.last, n.first) - 2) + len,
+    }
 }
 
 /// Writes one connection datagram: header first, then messages, then the check.

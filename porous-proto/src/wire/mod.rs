@@ -20,7 +20,9 @@ mod message;
 
 pub use check::Key;
 pub use control::{COOKIE_LEN, ConnectRequest, Control, Cookie, REQUEST_SIZE, RefuseReason};
-pub use data::{AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_section_len};
+pub use data::{
+    AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_range_len, ack_section_len,
+};
 pub use message::{Fragment, MAX_FRAGMENTS, MESSAGE_HEADER_MAX, Message, MessageKind, RunContext, SendMode};
 
 /// Version of this wire format. It keys every check, so datagrams of other versions are
