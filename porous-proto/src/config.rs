@@ -4,7 +4,9 @@
 //! datagrams, up to 1024 peers, 1 MiB packets, no bandwidth cap (the congestion
 //! controller finds the path's capacity), 10 s timeouts. Every value is checked by
 //! [`HostConfig::validate`] (which [`Host::new`](crate::Host::new) calls) with an error
-//! that says what to change.
+//! that says what to change. This module holds the vocabulary only; what a configuration
+//! implies (validation, the memory bound) is computed in `limits.rs`, from the layers'
+//! own constants.
 //!
 //! The structs are `#[non_exhaustive]`: start from the default and assign fields.
 //!
@@ -19,8 +21,17 @@
 
 use std::time::Duration;
 
-use crate::transfer::Priority;
-use crate::wire::{self, MAX_MTU, MIN_MTU};
+use crate::wire::{MAX_MTU, MIN_MTU};
+
+/// A channel's priority in the transfer layer's send queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// Sent before any low-priority message.
+    #[default]
+    High,
+    /// Sent when no high-priority message waits.
+    Low,
+}
 
 /// Settings of one channel, local to this side (not negotiated).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,126 +246,3 @@ impl core::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
-
-impl PeerConfig {
-    /// An upper bound on the heap one connected peer holds under this configuration,
-    /// whatever the remote sends (the host fuzzer checks it after every step). It adds:
-    ///
-    /// - reassembly: `max_reassembly_bytes`, plus per channel three packets and a datagram
-    ///   that progress may take beyond it (`docs/protocol.md`, Memory), and the receive
-    ///   queues' slots;
-    /// - sending: what the channels' `max_queued_bytes` allow, the queue slots for it, and
-    ///   the record of frames in flight, which may span twice the messages those limits
-    ///   allow (a frame the remote never acknowledges holds its place);
-    /// - a few kilobytes of fixed structures.
-    ///
-    /// With the defaults it is about 142 MB: 108 MB on the sending side, which only the
-    /// application's own sends can fill (4 channels of 4 MiB, and their bookkeeping), and
-    /// 34 MB that a remote alone can make a peer hold (reassembly). Lower the limits to
-    /// serve many peers: `max_peers` times this bounds every peer's share of a host.
-    pub fn memory_limit(&self) -> usize {
-        crate::peer::memory_bound(self)
-    }
-
-    /// Checks every value.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.channels.is_empty() || self.channels.len() > 255 {
-            return Err(ConfigError::ChannelCount(self.channels.len()));
-        }
-        if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
-            return Err(ConfigError::Mtu(self.mtu));
-        }
-        let max = wire::fragment_payload(self.mtu) * wire::MAX_FRAGMENTS as usize;
-        let max = max.min(u32::MAX as usize);
-        if self.max_packet_size == 0 || self.max_packet_size > max {
-            return Err(ConfigError::MaxPacketSize { size: self.max_packet_size, max });
-        }
-        if self.max_reassembly_bytes < self.mtu {
-            return Err(ConfigError::ReassemblyTooSmall(self.max_reassembly_bytes));
-        }
-        let need = crate::channel::packet_cost(self.max_packet_size, wire::fragment_payload(self.mtu));
-        if let Some(i) = self.channels.iter().position(|c| c.max_queued_bytes < need) {
-            return Err(ConfigError::ChannelQueue {
-                channel: i,
-                size: self.channels.get(i).map_or(0, |c| c.max_queued_bytes),
-                need,
-            });
-        }
-        for (name, d) in [
-            ("timeout", self.timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("disconnect_timeout", self.disconnect_timeout),
-            ("linger", self.linger),
-            ("ping_interval", self.ping_interval),
-            ("connect_retry", self.connect_retry),
-        ] {
-            if d.is_zero() {
-                return Err(ConfigError::ZeroDuration(name));
-            }
-        }
-        if self.initial_window == 0 {
-            return Err(ConfigError::InitialWindow);
-        }
-        if self.ping_interval >= self.timeout {
-            return Err(ConfigError::PingInterval);
-        }
-        Ok(())
-    }
-}
-
-impl HostConfig {
-    /// Checks every value.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.max_peers == 0 || self.max_pending == 0 {
-            return Err(ConfigError::NoPeers);
-        }
-        self.peer.validate()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_is_valid_and_game_ready() {
-        let c = HostConfig::default();
-        assert_eq!(c.validate(), Ok(()));
-        assert!(c.peer.channels.len() >= 4);
-        assert_eq!(c.peer.incoming_bandwidth, 0, "no bandwidth cap by default");
-    }
-
-    #[test]
-    fn every_bad_value_is_named() {
-        let bad = |f: fn(&mut HostConfig)| {
-            let mut c = HostConfig::default();
-            f(&mut c);
-            c.validate().unwrap_err()
-        };
-        assert_eq!(bad(|c| c.max_peers = 0), ConfigError::NoPeers);
-        assert_eq!(bad(|c| c.peer.channels.clear()), ConfigError::ChannelCount(0));
-        assert_eq!(bad(|c| c.peer.channels = vec![ChannelConfig::default(); 256]), ConfigError::ChannelCount(256));
-        assert_eq!(bad(|c| c.peer.mtu = 100), ConfigError::Mtu(100));
-        assert_eq!(bad(|c| c.peer.mtu = 70_000), ConfigError::Mtu(70_000));
-        assert!(matches!(bad(|c| c.peer.max_packet_size = 0), ConfigError::MaxPacketSize { .. }));
-        assert!(matches!(bad(|c| c.peer.max_packet_size = usize::MAX), ConfigError::MaxPacketSize { .. }));
-        assert_eq!(bad(|c| c.peer.max_reassembly_bytes = 10), ConfigError::ReassemblyTooSmall(10));
-        let need = bad(|c| c.peer.channels[2].max_queued_bytes = 0);
-        assert!(matches!(need, ConfigError::ChannelQueue { channel: 2, size: 0, need } if need > 1 << 20));
-        // A queue that holds one largest packet, exactly, is enough.
-        let ConfigError::ChannelQueue { need, .. } = need else { unreachable!() };
-        let mut c = HostConfig::default();
-        c.peer.channels[1].max_queued_bytes = need;
-        assert_eq!(c.validate(), Ok(()));
-        c.peer.channels[1].max_queued_bytes = need - 1;
-        assert!(matches!(c.validate(), Err(ConfigError::ChannelQueue { channel: 1, .. })));
-        // Smaller queues go with smaller packets.
-        c.peer.max_packet_size = 1000;
-        c.peer.channels[1].max_queued_bytes = 2000;
-        assert_eq!(c.validate(), Ok(()));
-        assert_eq!(bad(|c| c.peer.ping_interval = c.peer.timeout), ConfigError::PingInterval);
-        assert_eq!(bad(|c| c.peer.timeout = Duration::ZERO), ConfigError::ZeroDuration("timeout"));
-        assert_eq!(bad(|c| c.peer.initial_window = 0), ConfigError::InitialWindow);
-        assert!(bad(|c| c.peer.mtu = 5).to_string().contains("128..=65507"));
-    }
-}

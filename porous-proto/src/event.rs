@@ -4,7 +4,17 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 
-use crate::wire::SendMode;
+/// How a packet is delivered (spec §2.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum SendMode {
+    /// Resent until acknowledged; the channel stalls until it is delivered.
+    Reliable,
+    /// Sent once; delivered if it arrives in time, skipped otherwise.
+    Unreliable,
+    /// Resent until acknowledged, but the channel does not stall for it.
+    Passive,
+}
 
 /// Identifies a peer of a host. It carries a generation, so an id kept after its peer was
 /// deleted never reaches a later peer that reuses the slot.

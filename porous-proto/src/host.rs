@@ -5,30 +5,33 @@
 //! connection requests, and keeps every peer's next deadline in a heap, so a step costs
 //! time in proportion to the peers with something to do, not to all peers.
 //!
-//! Incoming handshakes are *pending* peers: at most `max_pending` of them, each holding
-//! only its handshake state, and each kept, once answered, until it completes or times
-//! out (a client is never told it is connected to a host that has forgotten it). Above
-//! `challenge_above` pending, requests are answered with a stateless cookie challenge (see
-//! [`crate::cookie`]) and a peer is created only for a request that echoes a valid cookie,
-//! so spoofed sources hold at most `challenge_above` handshakes, each for at most the
-//! connect timeout.
+//! What a connection request from an unknown address gets is the listener's decision
+//! (`listener/`: cookies, the challenge threshold, pending handshakes, refusals); what
+//! peers send and report goes to one [`Outputs`] the host lends to whichever peer it
+//! drives.
+//!
+//! Invariants: `by_addr` maps exactly the addresses of the peers in `slots`; a slot's
+//! `scheduled` is the deadline its latest heap entry carries (older entries are stale and
+//! skipped); a slot is in `dirty` exactly when its `dirty` flag is set.
 //!
 //! Nothing here touches a socket or a clock; see the crate docs for the call contract.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::arena::Arena;
 use crate::config::{ConfigError, HostConfig, SequenceStart};
-use crate::cookie::CookieJar;
-use crate::event::{ConnectError, Event, PeerId, SendError, Transmit};
-use crate::peer::{self, Io, Peer};
+use crate::event::{ConnectError, Event, PeerId, SendError, SendMode, Transmit};
+use crate::limits::span_limit;
+use crate::listener::{Listener, Verdict};
+use crate::peer::{self, Outputs, Peer, Settings};
 use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
-use crate::wire::{self, Control, DecodeError, Key, KeyClass, SendMode};
+use crate::wire::{self, Control, DecodeError, Key, KeyClass};
 
 #[derive(Debug)]
 struct Slot {
@@ -102,30 +105,30 @@ struct Slot {
 /// ```
 pub struct Host {
     config: HostConfig,
+    /// What every peer keeps of `config.peer`, shared.
+    settings: Arc<Settings>,
     rng: Box<dyn rand_core::Rng + Send>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_addr: BTreeMap<SocketAddr, u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     dirty: Vec<u32>,
-    transmits: VecDeque<Transmit>,
-    events: VecDeque<Event>,
+    out: Outputs,
     recv_arena: Arena,
-    send_arena: Arena,
     last_now: Option<Instant>,
     last_step: Option<Instant>,
     step_interval: Duration,
     stats: HostStats,
-    cookies: CookieJar,
+    listener: Listener,
 }
 
 impl core::fmt::Debug for Host {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Host")
             .field("peers", &self.by_addr.len())
-            .field("transmits", &self.transmits.len())
-            .field("events", &self.events.len())
-            .field("stats", &self.stats)
+            .field("transmits", &self.out.transmits.len())
+            .field("events", &self.out.events.len())
+            .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }
@@ -134,9 +137,11 @@ impl Host {
     /// A host with `config`, drawing connection nonces and starting ids from `rng`.
     pub fn new(config: HostConfig, mut rng: impl rand_core::Rng + Send + 'static) -> Result<Self, ConfigError> {
         config.validate()?;
-        let cookies = CookieJar::new((rng.next_u64(), rng.next_u64()));
+        let listener = Listener::new(&config, (rng.next_u64(), rng.next_u64()));
+        let settings = Arc::new(Settings { config: config.peer.clone(), span_limit: span_limit(&config.peer) });
         Ok(Self {
-            cookies,
+            listener,
+            settings,
             config,
             rng: Box::new(rng),
             slots: Vec::new(),
@@ -144,10 +149,8 @@ impl Host {
             by_addr: BTreeMap::new(),
             timers: BinaryHeap::new(),
             dirty: Vec::new(),
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
+            out: Outputs::default(),
             recv_arena: Arena::default(),
-            send_arena: Arena::default(),
             last_now: None,
             last_step: None,
             step_interval: Duration::ZERO,
@@ -177,6 +180,11 @@ impl Host {
         PeerId { index, generation }
     }
 
+    /// The id the next inserted peer gets.
+    fn next_id(&self) -> PeerId {
+        self.id_of(self.free.last().copied().unwrap_or(self.slots.len() as u32))
+    }
+
     fn mark_dirty(&mut self, index: u32) {
         if let Some(slot) = self.slots.get_mut(index as usize)
             && !slot.dirty
@@ -186,6 +194,7 @@ impl Host {
         }
     }
 
+    /// Puts `peer` (made with [`Host::next_id`]) in its slot.
     fn insert(&mut self, peer: Peer) -> u32 {
         let addr = peer.remote();
         let index = match self.free.pop() {
@@ -195,12 +204,12 @@ impl Host {
                 (self.slots.len() - 1) as u32
             }
         };
+        debug_assert_eq!(peer.id(), self.id_of(index));
         if let Some(slot) = self.slots.get_mut(index as usize) {
             slot.peer = Some(Box::new(peer));
             slot.scheduled = None;
         }
         self.by_addr.insert(addr, index);
-        self.stats.peers = self.by_addr.len();
         self.mark_dirty(index);
         index
     }
@@ -208,15 +217,22 @@ impl Host {
     fn remove(&mut self, index: u32) {
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
         if let Some(peer) = slot.peer.take() {
-            if peer.is_pending() {
-                self.stats.pending -= 1;
-            }
+            self.listener.pending_changed(peer.is_pending(), false);
             self.by_addr.remove(&peer.remote());
             slot.generation = slot.generation.wrapping_add(1);
             slot.scheduled = None;
             self.free.push(index);
         }
-        self.stats.peers = self.by_addr.len();
+    }
+
+    /// Runs `f` on the peer in slot `index` with the host's outputs, keeping the pending
+    /// count true whatever `f` does to the peer's state.
+    fn drive<R>(&mut self, index: u32, f: impl FnOnce(&mut Peer, &mut Outputs) -> R) -> Option<R> {
+        let peer = self.slots.get_mut(index as usize)?.peer.as_deref_mut()?;
+        let was = peer.is_pending();
+        let r = f(peer, &mut self.out);
+        self.listener.pending_changed(was, peer.is_pending());
+        Some(r)
     }
 
     fn next_ids(&mut self) -> (u32, u32, u32) {
@@ -243,7 +259,8 @@ impl Host {
         let (nonce, frame, packet) = self.next_ids();
         let req = peer::request(&self.config.peer, nonce, frame, packet, None);
         let seed = self.rng.next_u64();
-        let index = self.insert(Peer::outgoing(now, remote, &self.config.peer, req, seed));
+        let id = self.next_id();
+        let index = self.insert(Peer::outgoing(now, (id, remote), Arc::clone(&self.settings), req, seed));
         Ok(self.id_of(index))
     }
 
@@ -265,24 +282,17 @@ impl Host {
             }
             return;
         };
-        let id = self.id_of(index);
-        let Some(peer) = self.slots.get_mut(index as usize).and_then(|s| s.peer.as_deref_mut()) else { return };
-        let was_pending = peer.is_pending();
-        let mut io = Io { id, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
         let result = if ty & 0x80 == 0 {
             // A data datagram: copy it once into the receive arena; packets delivered
             // from it are slices of that copy.
             let buf = self.recv_arena.room(datagram.len());
             buf.extend_from_slice(datagram);
             let bytes: Bytes = buf.split().freeze();
-            peer.handle_data(now, &bytes, &self.config.peer, &mut io)
+            self.drive(index, |peer, out| peer.handle_data(now, &bytes, out))
         } else {
-            peer.handle_control(now, ty, datagram, &self.config.peer, &mut io)
+            self.drive(index, |peer, out| peer.handle_control(now, ty, datagram, out))
         };
-        if was_pending && !peer.is_pending() {
-            self.stats.pending -= 1;
-        }
-        if let Err(e) = result {
+        if let Some(Err(e)) = result {
             self.malformed(e);
         }
         self.mark_dirty(index);
@@ -295,81 +305,29 @@ impl Host {
         }
     }
 
-    /// A connection request from an address with no peer.
+    /// A connection request from an address with no peer: the listener decides.
     fn handle_request(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         let req = match Control::decode(datagram, Key::version()) {
             Ok(Control::Request(req)) => req,
             Ok(_) => return self.malformed(DecodeError::UnknownType(wire::peek_type(datagram).unwrap_or(0))),
             Err(e) => return self.malformed(e),
         };
-        if self.stats.pending >= self.config.challenge_above {
-            // Under load: no state for a request until it proves it can hear us.
-            let valid = req.cookie.is_some_and(|c| self.cookies.verify(now, from, req.nonce, &c));
-            if !valid {
-                if req.cookie.is_some() {
-                    self.stats.bad_cookies += 1;
-                }
-                let cookie = self.cookies.issue(now, from, req.nonce);
-                let mut io = Io {
-                    id: PeerId { index: u32::MAX, generation: 0 },
-                    transmits: &mut self.transmits,
-                    events: &mut self.events,
-                    out: &mut self.send_arena,
-                };
-                io.control(from, &Control::Challenge(cookie), Key::reply(req.nonce));
-                self.stats.challenged += 1;
-                return;
+        // Nothing is allocated for a request the host does not take, and every answer is
+        // no larger than the padded request.
+        match self.listener.judge(now, from, &req, self.by_addr.len(), &self.config.peer) {
+            Verdict::Challenge(cookie) => self.out.control(from, &Control::Challenge(cookie), Key::reply(req.nonce)),
+            Verdict::Refuse(reason) => self.out.control(from, &Control::Refuse(reason), Key::reply(req.nonce)),
+            Verdict::Defer => {}
+            Verdict::Accept(params) => {
+                let (nonce, frame, packet) = self.next_ids();
+                let seed = self.rng.next_u64();
+                let local = peer::request(&self.config.peer, nonce, frame, packet, None);
+                let at = (self.next_id(), from);
+                let settings = Arc::clone(&self.settings);
+                let peer = Peer::incoming(now, at, settings, (local, seed), (req, params), &mut self.out);
+                self.insert(peer);
             }
         }
-        // A handshake once answered is kept until it completes or times out: dropping it
-        // would leave its client connected to a host that has forgotten it. So a full
-        // table refuses, and a full set of pending handshakes leaves the request
-        // unanswered for now (the requester retries; handshakes complete within a round
-        // trip, so room comes soon).
-        let verdict = if !self.config.accept_incoming {
-            Err(wire::RefuseReason::NotAccepting)
-        } else {
-            peer::negotiate(&self.config.peer, &req).map_err(peer::refusal).and_then(|params| {
-                if self.by_addr.len() >= self.config.max_peers { Err(wire::RefuseReason::HostFull) } else { Ok(params) }
-            })
-        };
-        if verdict.is_ok() && self.stats.pending >= self.config.max_pending {
-            self.stats.handshakes_deferred += 1;
-            return;
-        }
-        // The slot the peer gets: events of its handshake reply carry this id.
-        let index = self.free.last().copied().unwrap_or(self.slots.len() as u32);
-        let generation = self.slots.get(index as usize).map_or(0, |s| s.generation);
-        let params = match verdict {
-            Ok(params) => params,
-            Err(reason) => {
-                // Nothing is allocated for a refused request, and the refusal is smaller
-                // than the padded request.
-                let mut io = Io {
-                    id: PeerId { index, generation },
-                    transmits: &mut self.transmits,
-                    events: &mut self.events,
-                    out: &mut self.send_arena,
-                };
-                io.control(from, &Control::Refuse(reason), Key::reply(req.nonce));
-                self.stats.refused += 1;
-                return;
-            }
-        };
-        let (nonce, frame, packet) = self.next_ids();
-        let seed = self.rng.next_u64();
-        let local = peer::request(&self.config.peer, nonce, frame, packet, None);
-        let mut io = Io {
-            id: PeerId { index, generation },
-            transmits: &mut self.transmits,
-            events: &mut self.events,
-            out: &mut self.send_arena,
-        };
-        let peer = Peer::incoming(now, from, &self.config.peer, local, (req, params), seed, &mut io);
-        let inserted = self.insert(peer);
-        debug_assert_eq!(inserted, index);
-        self.stats.accepted += 1;
-        self.stats.pending += 1;
     }
 
     /// Runs every timer due at `now` and assembles the datagrams that can go out: one
@@ -409,21 +367,21 @@ impl Host {
     }
 
     fn poll_peer(&mut self, now: Instant, index: u32) {
-        let id = self.id_of(index);
-        let Some(slot) = self.slots.get_mut(index as usize) else { return };
-        slot.dirty = false;
-        let Some(peer) = slot.peer.as_deref_mut() else { return };
-        let was_pending = peer.is_pending();
-        let mut io = Io { id, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
-        peer.poll(now, self.step_interval, &mut io);
-        if was_pending && !peer.is_pending() {
-            self.stats.pending -= 1;
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            slot.dirty = false;
         }
-        if peer.state() == PeerState::Zombie {
+        let step = self.step_interval;
+        let Some((zombie, next)) = self.drive(index, |peer, out| {
+            peer.poll(now, step, out);
+            (peer.state() == PeerState::Zombie, peer.next_timeout(now))
+        }) else {
+            return;
+        };
+        if zombie {
             self.remove(index);
             return;
         }
-        let next = peer.next_timeout(now);
+        let Some(slot) = self.slots.get_mut(index as usize) else { return };
         if next != slot.scheduled {
             slot.scheduled = next;
             if let Some(t) = next {
@@ -445,7 +403,7 @@ impl Host {
 
     /// The next datagram to send, if any.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        let t = self.transmits.pop_front()?;
+        let t = self.out.transmits.pop_front()?;
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += t.payload.len() as u64;
         Some(t)
@@ -453,7 +411,7 @@ impl Host {
 
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.out.events.pop_front()
     }
 
     /// When [`Host::step`] must run next: at once if input arrived or the application
@@ -478,17 +436,13 @@ impl Host {
         Ok(())
     }
 
-    fn with_peer(&mut self, now: Instant, peer: PeerId, f: impl FnOnce(&mut Peer, Instant, &mut Io<'_>)) {
+    /// Runs an application call on `peer`, if it exists.
+    fn call(&mut self, now: Instant, peer: PeerId, f: impl FnOnce(&mut Peer, &mut Outputs)) {
         self.observe(now);
-        let Some(index) = self.peer_index(peer) else { return };
-        let Some(p) = self.slots.get_mut(index).and_then(|s| s.peer.as_deref_mut()) else { return };
-        let was_pending = p.is_pending();
-        let mut io =
-            Io { id: peer, transmits: &mut self.transmits, events: &mut self.events, out: &mut self.send_arena };
-        f(p, now, &mut io);
-        if was_pending && !p.is_pending() {
-            self.stats.pending -= 1;
+        if self.peer_index(peer).is_none() {
+            return;
         }
+        self.drive(peer.index, f);
         self.mark_dirty(peer.index);
     }
 
@@ -497,13 +451,13 @@ impl Host {
     /// [`DisconnectReason::FlushTimeout`](crate::DisconnectReason::FlushTimeout) instead of
     /// `Local` if some of them were never acknowledged).
     pub fn disconnect(&mut self, now: Instant, peer: PeerId) {
-        self.with_peer(now, peer, |p, now, io| p.disconnect(now, io));
+        self.call(now, peer, |p, out| p.disconnect(now, out));
     }
 
     /// Disconnects at once, dropping pending packets; `Disconnected` is queued now and the
     /// remote side is told once, on a best-effort basis.
     pub fn disconnect_now(&mut self, now: Instant, peer: PeerId) {
-        self.with_peer(now, peer, |p, now, io| p.disconnect_now(now, io));
+        self.call(now, peer, |p, out| p.disconnect_now(now, out));
     }
 
     /// A snapshot of a peer's state and counters.
@@ -514,7 +468,17 @@ impl Host {
 
     /// The host's counters.
     pub fn stats(&self) -> HostStats {
-        self.stats
+        let l = self.listener.counters();
+        HostStats {
+            refused: l.refused,
+            challenged: l.challenged,
+            bad_cookies: l.bad_cookies,
+            handshakes_deferred: l.handshakes_deferred,
+            accepted: l.accepted,
+            pending: self.listener.pending(),
+            peers: self.by_addr.len(),
+            ..self.stats
+        }
     }
 
     /// The memory the host holds, by what holds it. Every part is bounded by the
@@ -533,16 +497,7 @@ impl Host {
             + self.by_addr.len() * 2 * size_of::<(SocketAddr, u32)>()
             + self.timers.capacity() * size_of::<Reverse<(Instant, u32, u32)>>()
             + self.dirty.capacity() * size_of::<u32>();
-        let event_bytes = |e: &Event| match e {
-            Event::Received { data, .. } => data.len(),
-            _ => 0,
-        };
-        m.buffers = self.transmits.capacity() * size_of::<Transmit>()
-            + self.transmits.iter().map(|t| t.payload.len()).sum::<usize>()
-            + self.events.capacity() * size_of::<Event>()
-            + self.events.iter().map(event_bytes).sum::<usize>()
-            + self.recv_arena.capacity()
-            + self.send_arena.capacity();
+        m.buffers = self.out.memory() + self.recv_arena.capacity();
         m.total = m.peers + m.table + m.buffers;
         m
     }
@@ -561,29 +516,11 @@ impl Host {
         self.by_addr.get(&remote).map(|&i| self.id_of(i))
     }
 
+    /// The data path of the connection with `remote`, once it is made (see
+    /// `fuzzing::hooks`).
     #[cfg(feature = "arbitrary")]
-    fn peer_at(&self, remote: SocketAddr) -> Option<&Peer> {
-        self.by_addr.get(&remote).and_then(|&i| self.slots.get(i as usize)).and_then(|s| s.peer.as_deref())
-    }
-
-    /// The id references of the connection with `remote` (see `Session::id_references`).
-    /// Fuzzing only: with them and [`Host::seal_from`] a forger that knows the keys
-    /// reaches past the check.
-    #[cfg(feature = "arbitrary")]
-    pub(crate) fn id_references(&self, remote: SocketAddr) -> Option<(u32, u32, Vec<u32>)> {
-        self.peer_at(remote).and_then(Peer::id_references)
-    }
-
-    /// Appends to `body` (a data datagram without its check) the check this host accepts
-    /// from `remote`; false if there is no connection or `body` does not parse.
-    #[cfg(feature = "arbitrary")]
-    pub(crate) fn seal_from(&self, remote: SocketAddr, body: &mut Vec<u8>) -> bool {
-        match self.peer_at(remote).and_then(|p| p.seal(body)) {
-            Some(check) => {
-                body.extend_from_slice(&check.to_le_bytes());
-                true
-            }
-            None => false,
-        }
+    pub(crate) fn session_at(&self, remote: SocketAddr) -> Option<&peer::Session> {
+        let index = *self.by_addr.get(&remote)?;
+        self.slots.get(index as usize)?.peer.as_deref()?.session()
     }
 }

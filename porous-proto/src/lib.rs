@@ -31,9 +31,10 @@
 mod arena;
 mod channel;
 mod config;
-mod cookie;
 mod event;
 mod host;
+mod limits;
+mod listener;
 mod peer;
 pub mod seq;
 #[cfg(feature = "sim")]
@@ -43,12 +44,10 @@ mod stats;
 mod transfer;
 pub mod wire;
 
-pub use config::{ChannelConfig, ConfigError, HostConfig, PeerConfig, SequenceStart};
-pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, Transmit};
+pub use config::{ChannelConfig, ConfigError, HostConfig, PeerConfig, Priority, SequenceStart};
+pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit};
 pub use host::Host;
 pub use stats::{HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};
-pub use transfer::Priority;
-pub use wire::SendMode;
 
 #[cfg(any(test, feature = "arbitrary"))]
 #[doc(hidden)]

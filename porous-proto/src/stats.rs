@@ -4,7 +4,48 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use crate::transfer::TransferStats;
+/// Counters of one connection's transfer layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransferStats {
+    /// New frames sent.
+    pub frames_sent: u64,
+    /// Frames sent again after being considered dropped.
+    pub frames_resent: u64,
+    /// Frames considered dropped (by timeout or by later acknowledgements).
+    pub frames_lost: u64,
+    /// Frames acknowledged.
+    pub frames_acked: u64,
+    /// Dropped unreliable frames turned into sentinel frames.
+    pub sentinel_frames: u64,
+    /// Frames received inside the receive window.
+    pub frames_received: u64,
+    /// Frames dropped for lying outside the receive window.
+    pub frames_out_of_window: u64,
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Datagrams received and verified.
+    pub datagrams_received: u64,
+    /// Bytes sent, UDP payload.
+    pub bytes_sent: u64,
+    /// Bytes received, UDP payload.
+    pub bytes_received: u64,
+    /// Unreliable messages removed from dropped frames.
+    pub unreliable_stripped: u64,
+    /// Unreliable messages dropped from a full send queue before being sent.
+    pub unreliable_dropped: u64,
+    /// Congestion window resets (spec equations (13)-(15)).
+    pub congestion_resets: u64,
+    /// Frames given up without an acknowledgement: unreliable frames considered lost and
+    /// discarded, and frames still unacknowledged when the connection ended. A count that
+    /// climbs while `frames_acked` stands still means the peer hears nothing of what this
+    /// side sends.
+    pub frames_unacknowledged: u64,
+    /// Frame ids skipped on purpose (never sent) to catch dishonest acknowledgements.
+    pub frames_skipped: u64,
+    /// Acknowledgements of skipped ids: the peer acknowledged what it never received.
+    pub dishonest_acks: u64,
+}
 
 /// The five states of a peer (spec §2.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

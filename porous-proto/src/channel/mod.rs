@@ -16,17 +16,28 @@
 //! - a stall is confined to its channel; once losses stop, sentinels and window
 //!   acknowledgements keep both windows moving, so nothing stalls forever.
 //!
-//! Memory on the receiving side is charged to a per-peer [`Budget`].
+//! [`Channels`] is the layer's one interface to the connection above it: it owns every
+//! channel of a connection, their queue limits and the reassembly budget they share, and
+//! offers what the session needs: send a packet, expand a truncated packet id, admit a
+//! received frame ([`admission`]), receive its messages, queue owed window
+//! acknowledgements, and say how wide an id must travel.
+//!
+//! Memory on the receiving side is charged to a per-peer [`Budget`]; what may be stored is
+//! decided in [`admission`] alone.
 
+mod admission;
 pub(crate) mod recv;
 pub(crate) mod send;
 
 use bytes::Bytes;
 
+use crate::config::{ChannelConfig, Priority};
+use crate::event::SendError;
 use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
-use crate::transfer::{OutMessage, Priority, Transfer};
-use crate::wire::SendMode;
-pub(crate) use recv::{Admission, ChannelReceiver, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, Marks, Tier};
+use crate::transfer::{IdPolicy, OutMessage, Transfer};
+use crate::wire::{Fragment, Message, MessageKind, SendMode};
+pub(crate) use admission::{Budget, ENTRY_OVERHEAD, FrameAdmission, MAX_DISPLACED};
+pub(crate) use recv::{ChannelReceiver, ENTRY_SIZE};
 pub(crate) use send::{ChannelSender, WindowAck, packet_cost};
 
 /// The channel window constants, parameters so tests can use the spec's small figures.
@@ -65,36 +76,6 @@ impl MessageSink for Transfer {
 
     fn drop_unreliable(&mut self, channel: u8, need: usize) -> usize {
         Self::drop_unreliable(self, channel, need)
-    }
-}
-
-/// A peer's reassembly memory: what its channels' receive queues hold, against a cap.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Budget {
-    used: usize,
-    cap: usize,
-}
-
-impl Budget {
-    pub(crate) fn new(cap: usize) -> Self {
-        Self { used: 0, cap }
-    }
-
-    pub(crate) fn charge(&mut self, bytes: usize) {
-        self.used += bytes;
-    }
-
-    pub(crate) fn credit(&mut self, bytes: usize) {
-        self.used = self.used.saturating_sub(bytes);
-    }
-
-    pub(crate) fn used(&self) -> usize {
-        self.used
-    }
-
-    /// Bytes that must be freed before `need` more fit.
-    pub(crate) fn shortfall(&self, need: usize) -> usize {
-        (self.used + need).saturating_sub(self.cap)
     }
 }
 
@@ -178,6 +159,230 @@ impl Channel {
         }
         self.send.send(data, mode, sink);
         Ok(dropped)
+    }
+}
+
+/// Counters of a connection's channels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ChannelCounters {
+    pub(crate) packets_sent: u64,
+    pub(crate) packets_received: u64,
+    /// Unreliable packets dropped on the sending side for want of queue space.
+    pub(crate) unreliable_dropped: u64,
+    /// Frames held back (not acknowledged) because the reassembly budget was full.
+    pub(crate) frames_refused: u64,
+    /// Messages the peer should not have sent.
+    pub(crate) violations: u64,
+}
+
+/// Every channel of one connection, with their queue limits and shared reassembly budget.
+#[derive(Debug)]
+pub(crate) struct Channels {
+    channels: Vec<Channel>,
+    /// Each channel's `max_queued_bytes`.
+    caps: Vec<usize>,
+    budget: Budget,
+    /// The largest packet this side may send (negotiated).
+    send_max_packet: usize,
+    counters: ChannelCounters,
+}
+
+impl Channels {
+    /// The channels of a connection whose fragments carry `fragment` bytes, that may send
+    /// packets up to `send_max_packet` bytes and accepts up to `recv_max_packet`; packet ids
+    /// start at `send_base` one way and `recv_base` the other; received packets may hold
+    /// `max_reassembly` bytes.
+    pub(crate) fn new(
+        configs: &[ChannelConfig],
+        fragment: usize,
+        (send_max_packet, recv_max_packet): (usize, usize),
+        (send_base, recv_base): (u32, u32),
+        max_reassembly: usize,
+    ) -> Self {
+        let params = ChannelParams::default();
+        let channels = configs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Channel {
+                index: i as u8,
+                send: ChannelSender::new(i as u8, c.priority, params, fragment, send_base),
+                recv: ChannelReceiver::new(params, fragment, recv_max_packet, recv_base),
+            })
+            .collect();
+        Self {
+            channels,
+            caps: configs.iter().map(|c| c.max_queued_bytes).collect(),
+            budget: Budget::new(max_reassembly),
+            send_max_packet,
+            counters: ChannelCounters::default(),
+        }
+    }
+
+    /// Queues a packet on `channel`, its messages going to `sink`.
+    pub(crate) fn send(
+        &mut self,
+        channel: usize,
+        data: Bytes,
+        mode: SendMode,
+        sink: &mut impl MessageSink,
+    ) -> Result<(), SendError> {
+        let channels = self.channels.len();
+        let (Some(ch), Some(&cap)) = (self.channels.get_mut(channel), self.caps.get(channel)) else {
+            return Err(SendError::NoSuchChannel { channel, channels });
+        };
+        let size = data.len();
+        if size > self.send_max_packet {
+            return Err(SendError::TooLarge { size, max: self.send_max_packet });
+        }
+        match ch.send(data, mode, cap, sink) {
+            Ok(dropped) => {
+                self.counters.packets_sent += 1;
+                self.counters.unreliable_dropped += dropped as u64;
+                Ok(())
+            }
+            Err(Refused::QueueFull) => Err(SendError::QueueFull { channel }),
+            Err(Refused::NeverFits { max }) => Err(SendError::TooLarge { size, max }),
+        }
+    }
+
+    /// Expands a packet id on `channel` sent as its low 16 bits.
+    pub(crate) fn expand_packet_id(&self, channel: u8, truncated: u16) -> u32 {
+        // An unknown channel is a violation the receive pass reports; any value will do.
+        self.channels.get(usize::from(channel)).map_or(u32::from(truncated), |c| c.recv.expand(truncated))
+    }
+
+    /// Stores and delivers the messages of a verified frame that [`Channels::admit`]
+    /// judged (window acknowledgements go to the sending halves, whose released packets
+    /// go to `sink`). `datagram` holds the messages' payloads: whole packets are delivered
+    /// as slices of it. Calls `deliver` with each packet, in order per channel.
+    pub(crate) fn receive(
+        &mut self,
+        msgs: &[Message<'_>],
+        admission: &FrameAdmission,
+        datagram: &Bytes,
+        sink: &mut impl MessageSink,
+        mut deliver: impl FnMut(usize, SendMode, Bytes),
+    ) {
+        if !admission.whole {
+            self.counters.frames_refused += 1;
+        }
+        let mut touched = [0u64; 4];
+        for (j, m) in msgs.iter().enumerate() {
+            let i = usize::from(m.channel);
+            let Some(ch) = self.channels.get_mut(i) else {
+                self.counters.violations += 1;
+                continue;
+            };
+            let Some(exempt) = admission.stores(j, m, &ch.recv) else { continue };
+            if m.kind == MessageKind::WindowAck {
+                if ch.send.on_window_ack(m.id, sink) == WindowAck::Invalid {
+                    self.counters.violations += 1;
+                }
+                continue;
+            }
+            if let Some((data, mode)) = ch.recv.deliver_now(m, || slice_of(datagram, m.payload)) {
+                self.counters.packets_received += 1;
+                deliver(i, mode, data);
+                continue;
+            }
+            match ch.recv.on_message(m, slice_of(datagram, m.payload), &mut self.budget, exempt) {
+                Ok(true) => {
+                    if let Some(w) = touched.get_mut(i / 64) {
+                        *w |= 1 << (i % 64);
+                    }
+                }
+                Ok(false) => {}
+                Err(_) => self.counters.violations += 1,
+            }
+        }
+        for (i, ch) in self.channels.iter_mut().enumerate() {
+            if touched.get(i / 64).is_none_or(|w| w & (1 << (i % 64)) == 0) {
+                continue;
+            }
+            let counters = &mut self.counters;
+            ch.recv.deliver(&mut self.budget, |data, mode| {
+                counters.packets_received += 1;
+                deliver(i, mode, data);
+            });
+            ch.recv.unshare();
+        }
+    }
+
+    /// Queues the window acknowledgements the receiving halves owe, at each channel's
+    /// priority.
+    pub(crate) fn queue_window_acks(&mut self, sink: &mut impl MessageSink) {
+        for ch in &mut self.channels {
+            if let Some(m) = ch.recv.take_window_ack() {
+                let message = OutMessage {
+                    kind: MessageKind::WindowAck,
+                    channel: ch.index,
+                    id: m,
+                    dependency: 0,
+                    fragment: Fragment::WHOLE,
+                    payload: Bytes::new(),
+                };
+                sink.enqueue(ch.send.priority(), message);
+            }
+        }
+    }
+
+    /// Whether every packet has been handed to the transfer layer.
+    pub(crate) fn is_drained(&self) -> bool {
+        self.channels.iter().all(|c| c.send.is_drained())
+    }
+
+    /// Forgets the packets waiting for window space.
+    pub(crate) fn clear(&mut self) {
+        for ch in &mut self.channels {
+            ch.send.clear();
+        }
+    }
+
+    /// Bytes the channels hold on the sending side (see [`Channel::held`]).
+    pub(crate) fn queued_bytes(&self, sink: &impl MessageSink) -> usize {
+        self.channels.iter().map(|c| c.held(sink)).sum()
+    }
+
+    /// Reassembly bytes held for received packets.
+    pub(crate) fn reassembly_bytes(&self) -> usize {
+        self.budget.used()
+    }
+
+    /// Heap bytes of the channels' own structures and the reassembly memory.
+    pub(crate) fn memory(&self) -> usize {
+        self.channels.capacity() * size_of::<Channel>()
+            + self.channels.iter().map(|c| c.send.memory() + c.recv.memory()).sum::<usize>()
+            + self.caps.capacity() * size_of::<usize>()
+            + self.budget.used()
+    }
+
+    pub(crate) fn counters(&self) -> ChannelCounters {
+        self.counters
+    }
+
+    /// Each channel's next expected packet id (`m_b`); fuzzing forges datagrams with them.
+    #[cfg(feature = "arbitrary")]
+    pub(crate) fn window_bases(&self) -> Vec<u32> {
+        self.channels.iter().map(|c| c.recv.window_base()).collect()
+    }
+}
+
+/// The sending halves decide how wide each id must travel.
+impl IdPolicy for Channels {
+    fn short_id(&self, channel: u8, id: u32) -> bool {
+        self.channels.get(usize::from(channel)).is_some_and(|c| c.send.short_id(id))
+    }
+}
+
+/// `payload` as a slice of `datagram`, without copying. `payload` always comes from
+/// decoding `datagram`; should it not, it is copied rather than trusted.
+fn slice_of(datagram: &Bytes, payload: &[u8]) -> Bytes {
+    let base = datagram.as_ptr() as usize;
+    let start = (payload.as_ptr() as usize).wrapping_sub(base);
+    match start.checked_add(payload.len()) {
+        _ if payload.is_empty() => Bytes::new(),
+        Some(end) if end <= datagram.len() => datagram.slice(start..end),
+        _ => Bytes::copy_from_slice(payload),
     }
 }
 

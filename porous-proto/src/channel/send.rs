@@ -16,9 +16,10 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use super::{ChannelParams, MessageSink};
+use crate::config::Priority;
 use crate::seq::SeqSpace;
 pub(crate) use crate::transfer::MESSAGE_OVERHEAD;
-use crate::transfer::{OutMessage, Priority};
+use crate::transfer::OutMessage;
 use crate::wire::{Fragment, MessageKind, SendMode};
 
 /// What a packet of `len` bytes costs against its channel's queue limit once it is split
@@ -79,6 +80,11 @@ impl ChannelSender {
     /// Number of fragments a packet of `len` bytes is sent as.
     pub(crate) fn fragments_for(&self, len: usize) -> usize {
         len.div_ceil(self.fragment_size).max(1)
+    }
+
+    /// The priority all this channel's messages go at.
+    pub(crate) fn priority(&self) -> Priority {
+        self.priority
     }
 
     /// Payload bytes of every fragment but the last.

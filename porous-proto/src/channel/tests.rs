@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
+use super::admission::{Admission, EvictionTier};
 use super::*;
 use crate::seq::SeqSpace;
 use crate::transfer::MESSAGE_OVERHEAD;
@@ -285,13 +286,17 @@ fn eviction_drops_only_unreliable_data() {
         give(&mut r, &mut budget, m);
     }
     let before = budget.used();
-    let freed = r.evict(Tier::IncompleteUnreliable, 1, &mut budget);
+    let freed = r.evict(EvictionTier::IncompleteUnreliable, 1, &mut budget);
     assert_eq!(freed, 3 * 10 + 8, "the unreliable packet's buffer");
     assert_eq!(r.charged(), budget.used());
     assert_eq!(budget.used(), before - freed);
-    assert_eq!(r.evict(Tier::IncompleteUnreliable, 1, &mut budget), 0);
-    assert_eq!(r.evict(Tier::CompleteUnreliable, usize::MAX, &mut budget), 0, "passive and reliable stay");
-    assert_eq!(r.evict(Tier::Markers, usize::MAX, &mut budget), ENTRY_OVERHEAD, "the unreliable packet's marker");
+    assert_eq!(r.evict(EvictionTier::IncompleteUnreliable, 1, &mut budget), 0);
+    assert_eq!(r.evict(EvictionTier::CompleteUnreliable, usize::MAX, &mut budget), 0, "passive and reliable stay");
+    assert_eq!(
+        r.evict(EvictionTier::Markers, usize::MAX, &mut budget),
+        ENTRY_OVERHEAD,
+        "the unreliable packet's marker"
+    );
     give(&mut r, &mut budget, &c.0[2]);
     give(&mut r, &mut budget, &c.0[5]);
     give(&mut r, &mut budget, &r0[0]);
@@ -387,12 +392,12 @@ impl Rng {
 /// always (`Some(true)`: beyond the budget), the rest only if it fits the budget after
 /// evicting what may be evicted (`Some(false)`); `None` when refused.
 fn admit(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) -> Option<bool> {
-    let need = match r.admission(&m.as_wire(), &r.marks()) {
+    let need = match r.admission(&m.as_wire(), &r.summary()) {
         Admission::Free => return Some(false),
         Admission::Progress => return Some(true),
         Admission::Needs(need) => need,
     };
-    for tier in Tier::ALL {
+    for tier in EvictionTier::ALL {
         let short = budget.shortfall(need);
         if short == 0 {
             break;
@@ -467,7 +472,7 @@ fn run(sc: &Scenario) -> Result<(), String> {
                 return Err(format!("valid message rejected: {v:?}"));
             }
             r.deliver(&mut budget, |b, _| delivered.push(seq_of(&b)));
-            r.detach();
+            r.unshare();
             if let Some(m) = r.take_window_ack() {
                 acks.push(m);
             }

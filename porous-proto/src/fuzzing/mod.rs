@@ -4,6 +4,8 @@
 //! Not part of the public API; compiled with the `arbitrary` feature and in tests.
 #![allow(missing_docs, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
+#[cfg(feature = "arbitrary")]
+mod hooks;
 mod host;
 mod wire;
 

@@ -27,48 +27,36 @@
 //! Until it is connected a peer holds only its handshake state (about 1.5 kB); the
 //! session (transfer layer, channels, buffers) is made when the connection is, so a flood
 //! of requests costs little memory per pending peer.
+//!
+//! A peer's parts, one file each: `negotiate` (the parameters of a connection),
+//! `session` (the data path: transfer layer, channels, keys), `settings` (what it keeps of
+//! the configuration), `output` (where its datagrams and events go), `timers` (its timer
+//! table).
 
 mod negotiate;
+mod output;
 mod session;
+mod settings;
+mod timers;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::arena::Arena;
-use crate::config::PeerConfig;
-use crate::event::{DisconnectReason, Event, PeerId, SendError, Transmit};
+use crate::event::{DisconnectReason, Event, PeerId, SendError, SendMode};
 use crate::stats::{PeerState, PeerStats, TransferStats};
-use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, SendMode};
+use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass};
 pub(crate) use negotiate::{Params, negotiate, refusal, request};
-pub(crate) use session::memory_bound;
-use session::{FrameMessages, InitialWindows, Session};
+pub(crate) use output::Outputs;
+pub(crate) use session::Session;
+use session::{FrameMessages, InitialWindows};
+pub(crate) use settings::Settings;
+use timers::{Timer, Timers};
 
 /// The longest interval between handshake or disconnection retries.
 const MAX_RETRY: Duration = Duration::from_secs(1);
-
-/// Where a peer's output goes.
-pub(crate) struct Io<'a> {
-    pub(crate) id: PeerId,
-    pub(crate) transmits: &'a mut std::collections::VecDeque<Transmit>,
-    pub(crate) events: &'a mut std::collections::VecDeque<Event>,
-    pub(crate) out: &'a mut Arena,
-}
-
-impl Io<'_> {
-    /// Encodes a control datagram for `remote`.
-    pub(crate) fn control(&mut self, remote: SocketAddr, c: &Control, key: Key) {
-        let out = self.out.room(wire::REQUEST_SIZE);
-        let n = c.encode(key, out);
-        let payload = out.split_to(n).freeze();
-        self.transmits.push_back(Transmit { remote, payload });
-    }
-
-    fn event(&mut self, e: Event) {
-        self.events.push_back(e);
-    }
-}
 
 /// Who started the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,19 +76,12 @@ enum Closing {
     Requesting(Instant),
 }
 
-/// The timing settings a peer keeps from its configuration.
-#[derive(Clone, Copy, Debug)]
-struct Timing {
-    timeout: Duration,
-    connect_timeout: Duration,
-    disconnect_timeout: Duration,
-    linger: Duration,
-    connect_retry: Duration,
-}
-
 #[derive(Debug)]
 pub(crate) struct Peer {
+    /// The id events about this peer carry.
+    id: PeerId,
     remote: SocketAddr,
+    settings: Arc<Settings>,
     state: PeerState,
     origin: Origin,
     /// `Connected` was announced to the application.
@@ -112,7 +93,7 @@ pub(crate) struct Peer {
     params: Option<Params>,
     acked: bool,
     session: Option<Session>,
-    timing: Timing,
+    timers: Timers,
     /// When the current state began.
     since: Instant,
     last_recv: Instant,
@@ -129,14 +110,17 @@ pub(crate) struct Peer {
 impl Peer {
     fn new(
         now: Instant,
-        remote: SocketAddr,
-        cfg: &PeerConfig,
+        (id, remote): (PeerId, SocketAddr),
+        settings: Arc<Settings>,
         local: ConnectRequest,
         origin: Origin,
         seed: u64,
     ) -> Self {
+        let retry = settings.config.connect_retry;
         Self {
+            id,
             remote,
+            settings,
             state: PeerState::Connecting,
             origin,
             announced: false,
@@ -146,53 +130,50 @@ impl Peer {
             params: None,
             acked: false,
             session: None,
-            timing: Timing {
-                timeout: cfg.timeout,
-                connect_timeout: cfg.connect_timeout,
-                disconnect_timeout: cfg.disconnect_timeout,
-                linger: cfg.linger,
-                connect_retry: cfg.connect_retry,
-            },
+            timers: Timers::default(),
             since: now,
             last_recv: now,
             // The side that connects sends its first request at the next step; an incoming
             // handshake only ever answers.
             next_send: (origin == Origin::Local).then_some(now),
-            retry: cfg.connect_retry,
+            retry,
             malformed: 0,
             handshake_sent: None,
             skip_seed: seed,
         }
     }
 
-    /// A peer for `connect`: it starts sending requests at the next step.
-    /// `seed` is secret randomness for the session (the frame ids it skips).
+    /// A peer for `connect`, known as `id` at `remote`: it starts sending requests at the
+    /// next step. `seed` is secret randomness for the session (the frame ids it skips).
     pub(crate) fn outgoing(
         now: Instant,
-        remote: SocketAddr,
-        cfg: &PeerConfig,
+        at: (PeerId, SocketAddr),
+        settings: Arc<Settings>,
         local: ConnectRequest,
         seed: u64,
     ) -> Self {
-        Self::new(now, remote, cfg, local, Origin::Local, seed)
+        Self::new(now, at, settings, local, Origin::Local, seed)
     }
 
     /// A peer for a compatible request that arrived; it answers at once.
     /// `accepted` is the remote request and the parameters negotiated from it.
     pub(crate) fn incoming(
         now: Instant,
-        remote: SocketAddr,
-        cfg: &PeerConfig,
-        local: ConnectRequest,
+        at: (PeerId, SocketAddr),
+        settings: Arc<Settings>,
+        (local, seed): (ConnectRequest, u64),
         accepted: (ConnectRequest, Params),
-        seed: u64,
-        io: &mut Io<'_>,
+        out: &mut Outputs,
     ) -> Self {
-        let mut p = Self::new(now, remote, cfg, local, Origin::Remote, seed);
+        let mut p = Self::new(now, at, settings, local, Origin::Remote, seed);
         p.remote_req = Some(accepted.0);
         p.params = Some(accepted.1);
-        p.send_handshake(now, io);
+        p.send_handshake(now, out);
         p
+    }
+
+    pub(crate) fn id(&self) -> PeerId {
+        self.id
     }
 
     pub(crate) fn state(&self) -> PeerState {
@@ -228,9 +209,9 @@ impl Peer {
     }
 
     /// Ends the connection with `reason`, telling the application if it knows the peer.
-    fn end(&mut self, now: Instant, state: PeerState, reason: DisconnectReason, io: &mut Io<'_>) {
+    fn end(&mut self, now: Instant, state: PeerState, reason: DisconnectReason, out: &mut Outputs) {
         if self.known_to_app() {
-            io.event(Event::Disconnected { peer: io.id, reason });
+            out.event(Event::Disconnected { peer: self.id, reason });
         }
         // The id is dead for the application from here on.
         self.announced = false;
@@ -242,9 +223,9 @@ impl Peer {
         self.enter(now, state);
     }
 
-    fn connected(&mut self, now: Instant, cfg: &PeerConfig, io: &mut Io<'_>) {
+    fn connected(&mut self, now: Instant, out: &mut Outputs) {
         if let (None, Some(params), Some(req)) = (&self.session, self.params, self.remote_req) {
-            self.session = Some(Session::new(cfg, params, &self.local, &req, self.skip_seed));
+            self.session = Some(Session::new(&self.settings, params, &self.local, &req, self.skip_seed));
         }
         if let (Some((first, 1)), Some(s)) = (self.handshake_sent, self.session.as_mut()) {
             s.transfer.rtt_sample(now.saturating_duration_since(first));
@@ -252,7 +233,7 @@ impl Peer {
         self.enter(now, PeerState::Connected);
         self.announced = true;
         self.last_recv = now;
-        io.event(Event::Connected { peer: io.id, remote: self.remote });
+        out.event(Event::Connected { peer: self.id, remote: self.remote });
     }
 
     /// Sends this side's request, acknowledging the other's when it is known.
@@ -262,10 +243,10 @@ impl Peer {
     /// proven it receives, and every request it sends is answered by one reply no larger,
     /// so nobody can make this host send a spoofed address more than it sent (a lost
     /// reply is covered by the requester's own retry).
-    fn send_handshake(&mut self, now: Instant, io: &mut Io<'_>) {
+    fn send_handshake(&mut self, now: Instant, out: &mut Outputs) {
         match &self.remote_req {
-            Some(r) => io.control(self.remote, &Control::RequestAck(self.local), Key::reply(r.nonce)),
-            None => io.control(self.remote, &Control::Request(self.local), Key::version()),
+            Some(r) => out.control(self.remote, &Control::RequestAck(self.local), Key::reply(r.nonce)),
+            None => out.control(self.remote, &Control::Request(self.local), Key::version()),
         }
         if self.origin == Origin::Local {
             self.next_send = Some(now + self.retry);
@@ -287,8 +268,7 @@ impl Peer {
         now: Instant,
         ty: u8,
         datagram: &[u8],
-        cfg: &PeerConfig,
-        io: &mut Io<'_>,
+        out: &mut Outputs,
     ) -> Result<(), wire::DecodeError> {
         let key = match (wire::key_class(ty), self.keys()) {
             (KeyClass::Version, _) => Key::version(),
@@ -303,45 +283,45 @@ impl Peer {
             self.last_recv = now;
         }
         match control {
-            Control::Request(req) => self.on_request(now, req, cfg, io),
+            Control::Request(req) => self.on_request(now, req, out),
             Control::RequestAck(req) => {
                 if self.state == PeerState::Connecting {
                     // Noted first, so the reply is a plain acknowledgement.
                     self.acked = true;
                 }
-                self.on_request(now, req, cfg, io);
+                self.on_request(now, req, out);
             }
-            Control::Ack => self.on_ack(now, cfg, io),
+            Control::Ack => self.on_ack(now, out),
             Control::AckOther { .. } => {
                 if self.state == PeerState::Connecting {
-                    self.end(now, PeerState::Disconnected, DisconnectReason::Stale, io);
+                    self.end(now, PeerState::Disconnected, DisconnectReason::Stale, out);
                 }
             }
             Control::Refuse(reason) => {
                 if self.state == PeerState::Connecting {
-                    self.end(now, PeerState::Disconnected, negotiate::refused(cfg, reason), io);
+                    self.end(now, PeerState::Disconnected, negotiate::refused(&self.settings.config, reason), out);
                 }
             }
-            Control::Challenge(cookie) => self.on_challenge(now, cookie, io),
-            Control::Disconnect => self.on_disconnect(now, io),
+            Control::Challenge(cookie) => self.on_challenge(now, cookie, out),
+            Control::Disconnect => self.on_disconnect(now, out),
             Control::DisconnectAck => {
                 if self.state == PeerState::Disconnecting {
                     let reason = self.graceful_end();
-                    self.end(now, PeerState::Disconnected, reason, io);
+                    self.end(now, PeerState::Disconnected, reason, out);
                 }
             }
         }
         Ok(())
     }
 
-    fn on_request(&mut self, now: Instant, req: ConnectRequest, cfg: &PeerConfig, io: &mut Io<'_>) {
+    fn on_request(&mut self, now: Instant, req: ConnectRequest, out: &mut Outputs) {
         match self.state {
             PeerState::Connecting => {
-                let params = match negotiate(cfg, &req) {
+                let params = match negotiate(&self.settings.config, &req) {
                     Ok(p) => p,
                     Err(m) => {
-                        io.control(self.remote, &Control::Refuse(refusal(m)), Key::reply(req.nonce));
-                        self.end(now, PeerState::Disconnected, DisconnectReason::Incompatible(m), io);
+                        out.control(self.remote, &Control::Refuse(refusal(m)), Key::reply(req.nonce));
+                        self.end(now, PeerState::Disconnected, DisconnectReason::Incompatible(m), out);
                         return;
                     }
                 };
@@ -351,10 +331,10 @@ impl Peer {
                     self.remote_req = Some(req);
                 }
                 if self.acked {
-                    io.control(self.remote, &Control::Ack, Key::reply(req.nonce));
-                    self.connected(now, cfg, io);
+                    out.control(self.remote, &Control::Ack, Key::reply(req.nonce));
+                    self.connected(now, out);
                 } else {
-                    self.send_handshake(now, io);
+                    self.send_handshake(now, out);
                 }
             }
             PeerState::Connected => {
@@ -363,36 +343,36 @@ impl Peer {
                 // holds, which tells a restarted remote its attempt is stale.
                 let held = self.remote_req.map_or(req.nonce, |r| r.nonce);
                 let reply = if held == req.nonce { Control::Ack } else { Control::AckOther { acked: held } };
-                io.control(self.remote, &reply, Key::reply(req.nonce));
+                out.control(self.remote, &reply, Key::reply(req.nonce));
             }
             _ => {}
         }
     }
 
-    fn on_ack(&mut self, now: Instant, cfg: &PeerConfig, io: &mut Io<'_>) {
+    fn on_ack(&mut self, now: Instant, out: &mut Outputs) {
         if self.state == PeerState::Connecting {
             self.acked = true;
             if self.remote_req.is_some() {
-                self.connected(now, cfg, io);
+                self.connected(now, out);
             }
         }
     }
 
-    fn on_challenge(&mut self, now: Instant, cookie: Cookie, io: &mut Io<'_>) {
+    fn on_challenge(&mut self, now: Instant, cookie: Cookie, out: &mut Outputs) {
         if self.state == PeerState::Connecting && self.remote_req.is_none() {
             self.local.cookie = Some(cookie);
-            self.send_handshake(now, io);
+            self.send_handshake(now, out);
         }
     }
 
-    fn on_disconnect(&mut self, now: Instant, io: &mut Io<'_>) {
+    fn on_disconnect(&mut self, now: Instant, out: &mut Outputs) {
         let Some((key, _)) = self.keys() else { return };
         match self.state {
             PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting => {
-                io.control(self.remote, &Control::DisconnectAck, key);
-                self.end(now, PeerState::Disconnected, DisconnectReason::Remote, io);
+                out.control(self.remote, &Control::DisconnectAck, key);
+                self.end(now, PeerState::Disconnected, DisconnectReason::Remote, out);
             }
-            PeerState::Disconnected => io.control(self.remote, &Control::DisconnectAck, key),
+            PeerState::Disconnected => out.control(self.remote, &Control::DisconnectAck, key),
             PeerState::Zombie => {}
         }
     }
@@ -402,8 +382,7 @@ impl Peer {
         &mut self,
         now: Instant,
         datagram: &Bytes,
-        cfg: &PeerConfig,
-        io: &mut Io<'_>,
+        out: &mut Outputs,
     ) -> Result<(), wire::DecodeError> {
         let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
         let (Some((_, recv)), Some(remote), true) = (self.keys(), self.remote_req, active) else {
@@ -418,7 +397,7 @@ impl Peer {
             }
             // Only a holder of this side's nonce can make it: an acknowledgement.
             self.acked = true;
-            self.connected(now, cfg, io);
+            self.connected(now, out);
         }
         let Some(session) = self.session.as_mut() else { return Ok(()) };
         let mut msgs = FrameMessages::new();
@@ -430,12 +409,15 @@ impl Peer {
             }
         };
         self.last_recv = now;
-        session.process(now, &data, &msgs, datagram, io.id, io.events);
+        let (id, events) = (self.id, &mut out.events);
+        session.process(now, &data, &msgs, datagram, |channel, mode, data| {
+            events.push_back(Event::Received { peer: id, channel, mode, data });
+        });
         if session.transfer.misbehaving() {
             if let Some((key, _)) = self.keys() {
-                io.control(self.remote, &Control::Disconnect, key);
+                out.control(self.remote, &Control::Disconnect, key);
             }
-            self.end(now, PeerState::Disconnected, DisconnectReason::Misbehaving, io);
+            self.end(now, PeerState::Disconnected, DisconnectReason::Misbehaving, out);
         }
         Ok(())
     }
@@ -450,60 +432,60 @@ impl Peer {
     }
 
     /// Starts a graceful disconnection: pending packets are sent first.
-    pub(crate) fn disconnect(&mut self, now: Instant, io: &mut Io<'_>) {
+    pub(crate) fn disconnect(&mut self, now: Instant, out: &mut Outputs) {
         match self.state {
             PeerState::Connected => {
                 self.enter(now, PeerState::Disconnecting);
-                self.closing = Some(Closing::Flushing(now + self.timing.timeout));
+                self.closing = Some(Closing::Flushing(now + self.settings.config.timeout));
             }
             PeerState::Connecting if self.remote_req.is_some() => {
                 self.enter(now, PeerState::Disconnecting);
                 self.closing = Some(Closing::Requesting(now));
-                self.retry = self.timing.connect_retry;
+                self.retry = self.settings.config.connect_retry;
                 self.next_send = Some(now);
             }
-            PeerState::Connecting => self.end(now, PeerState::Disconnected, DisconnectReason::Local, io),
+            PeerState::Connecting => self.end(now, PeerState::Disconnected, DisconnectReason::Local, out),
             _ => {}
         }
     }
 
     /// Disconnects at once: pending packets are dropped, one disconnection request is
     /// sent, and the application hears of it now.
-    pub(crate) fn disconnect_now(&mut self, now: Instant, io: &mut Io<'_>) {
+    pub(crate) fn disconnect_now(&mut self, now: Instant, out: &mut Outputs) {
         if matches!(self.state, PeerState::Disconnected | PeerState::Zombie) {
             return;
         }
         if let Some((key, _)) = self.keys() {
-            io.control(self.remote, &Control::Disconnect, key);
+            out.control(self.remote, &Control::Disconnect, key);
         }
-        self.end(now, PeerState::Disconnected, DisconnectReason::Local, io);
+        self.end(now, PeerState::Disconnected, DisconnectReason::Local, out);
     }
 
     // ---- timers and output ---------------------------------------------------------
 
     /// Runs the timers due at `now` and sends what is due.
-    pub(crate) fn poll(&mut self, now: Instant, step: Duration, io: &mut Io<'_>) {
+    pub(crate) fn poll(&mut self, now: Instant, step: Duration, out: &mut Outputs) {
         if let Some(s) = &mut self.session {
             s.transfer.set_step_interval(step);
         }
         match self.state {
             PeerState::Connecting => {
-                if now.saturating_duration_since(self.since) >= self.timing.connect_timeout {
-                    self.end(now, PeerState::Zombie, DisconnectReason::Timeout, io);
+                if now.saturating_duration_since(self.since) >= self.settings.config.connect_timeout {
+                    self.end(now, PeerState::Zombie, DisconnectReason::Timeout, out);
                 } else if self.next_send.is_some_and(|t| t <= now) {
-                    self.send_handshake(now, io);
+                    self.send_handshake(now, out);
                 }
             }
             PeerState::Connected => {
                 if self.heard_nothing(now) {
-                    self.end(now, PeerState::Zombie, DisconnectReason::Timeout, io);
+                    self.end(now, PeerState::Zombie, DisconnectReason::Timeout, out);
                 } else {
-                    self.flush(now, io);
+                    self.flush(now, out);
                 }
             }
-            PeerState::Disconnecting => self.poll_closing(now, io),
+            PeerState::Disconnecting => self.poll_closing(now, out),
             PeerState::Disconnected => {
-                if now.saturating_duration_since(self.since) >= self.timing.linger {
+                if now.saturating_duration_since(self.since) >= self.settings.config.linger {
                     self.enter(now, PeerState::Zombie);
                 }
             }
@@ -512,14 +494,14 @@ impl Peer {
     }
 
     fn heard_nothing(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last_recv) >= self.timing.timeout
+        now.saturating_duration_since(self.last_recv) >= self.settings.config.timeout
     }
 
-    fn flush(&mut self, now: Instant, io: &mut Io<'_>) {
+    fn flush(&mut self, now: Instant, out: &mut Outputs) {
         let Some(s) = &mut self.session else { return };
         let remote = self.remote;
-        let transmits = &mut *io.transmits;
-        s.flush(now, io.out, |payload| transmits.push_back(Transmit { remote, payload }));
+        let (arena, emit) = out.datagrams(remote);
+        s.flush(now, arena, emit);
     }
 
     /// How a graceful disconnection ends: `Local` when everything sent was acknowledged,
@@ -532,75 +514,77 @@ impl Peer {
         }
     }
 
-    fn poll_closing(&mut self, now: Instant, io: &mut Io<'_>) {
+    fn poll_closing(&mut self, now: Instant, out: &mut Outputs) {
         if self.heard_nothing(now) {
             let reason = self.graceful_end();
-            self.end(now, PeerState::Zombie, reason, io);
+            self.end(now, PeerState::Zombie, reason, out);
             return;
         }
         if let Some(Closing::Flushing(deadline)) = self.closing {
-            self.flush(now, io);
+            self.flush(now, out);
             let drained = self.session.as_ref().is_none_or(Session::is_drained);
             if !(drained || now >= deadline) {
                 return;
             }
             self.closing = Some(Closing::Requesting(now));
-            self.retry = self.timing.connect_retry;
+            self.retry = self.settings.config.connect_retry;
             self.next_send = Some(now);
         }
         let Some(Closing::Requesting(started)) = self.closing else { return };
-        if now.saturating_duration_since(started) >= self.timing.disconnect_timeout {
+        if now.saturating_duration_since(started) >= self.settings.config.disconnect_timeout {
             let reason = self.graceful_end();
-            self.end(now, PeerState::Disconnected, reason, io);
+            self.end(now, PeerState::Disconnected, reason, out);
             return;
         }
         // Keep acknowledging what still arrives while waiting.
-        self.flush(now, io);
+        self.flush(now, out);
         if self.next_send.is_some_and(|t| t <= now) {
             if let Some((key, _)) = self.keys() {
-                io.control(self.remote, &Control::Disconnect, key);
+                out.control(self.remote, &Control::Disconnect, key);
             }
             self.next_send = Some(now + self.retry);
             self.retry = (self.retry * 2).min(MAX_RETRY);
         }
     }
 
-    /// When [`Peer::poll`] must run next.
-    pub(crate) fn next_timeout(&self, now: Instant) -> Option<Instant> {
-        let session = self.session.as_ref();
-        let soonest = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+    /// When [`Peer::poll`] must run next: the earliest row of the peer's timer table,
+    /// refreshed from its state.
+    pub(crate) fn next_timeout(&mut self, now: Instant) -> Option<Instant> {
+        let cfg = &self.settings.config;
+        let t = &mut self.timers;
+        t.clear();
         match self.state {
-            PeerState::Connecting => soonest(self.next_send, Some(self.since + self.timing.connect_timeout)),
-            PeerState::Connected | PeerState::Disconnecting => {
-                let mut t = soonest(self.next_send, Some(self.last_recv + self.timing.timeout));
-                // No "send now" here: this runs right after a flush that sent all it
-                // could; new chances come as input (which marks the peer) or as the
-                // transfer layer's timers.
-                t = soonest(t, session.and_then(Session::next_timeout));
-                match self.closing {
-                    Some(Closing::Flushing(deadline)) => soonest(t, Some(deadline)),
-                    Some(Closing::Requesting(started)) => soonest(t, Some(started + self.timing.disconnect_timeout)),
-                    None => t,
-                }
+            PeerState::Connecting => {
+                t.set(Timer::Retry, self.next_send);
+                t.set(Timer::ConnectTimeout, Some(self.since + cfg.connect_timeout));
             }
-            PeerState::Disconnected => Some(self.since + self.timing.linger),
-            PeerState::Zombie => Some(now),
+            PeerState::Connected | PeerState::Disconnecting => {
+                t.set(Timer::Retry, self.next_send);
+                t.set(Timer::Idle, Some(self.last_recv + cfg.timeout));
+                // No "send now" row: this runs right after a flush that sent all it could;
+                // new chances come as input (which marks the peer) or as these timers.
+                if let Some(s) = &self.session {
+                    t.set(Timer::Loss, s.transfer.loss_deadline());
+                    t.set(Timer::Ping, s.transfer.ping_deadline());
+                }
+                let close = match self.closing {
+                    Some(Closing::Flushing(deadline)) => Some(deadline),
+                    Some(Closing::Requesting(started)) => Some(started + cfg.disconnect_timeout),
+                    None => None,
+                };
+                t.set(Timer::Close, close);
+            }
+            PeerState::Disconnected => t.set(Timer::Close, Some(self.since + cfg.linger)),
+            PeerState::Zombie => t.set(Timer::Delete, Some(now)),
         }
+        t.next()
     }
 
-    /// See `Session::id_references`; `None` before the connection is made.
+    /// The connection's data path, once it is made (fuzzing reaches past the check
+    /// through it; see `fuzzing::hooks`).
     #[cfg(feature = "arbitrary")]
-    pub(crate) fn id_references(&self) -> Option<(u32, u32, Vec<u32>)> {
-        self.session.as_ref().map(Session::id_references)
-    }
-
-    /// See `Session::seal`; `None` before the connection is made.
-    #[cfg(feature = "arbitrary")]
-    pub(crate) fn seal(&self, body: &[u8]) -> Option<u32> {
-        self.session.as_ref().and_then(|s| s.seal(body).ok())
+    pub(crate) fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
     }
 
     /// Bytes this peer holds.
@@ -611,7 +595,7 @@ impl Peer {
     pub(crate) fn stats(&self) -> PeerStats {
         let s = self.session.as_ref();
         let t = s.map(|s| &s.transfer);
-        let c = s.map(|s| s.counters).unwrap_or_default();
+        let c = s.map(Session::counters).unwrap_or_default();
         PeerStats {
             state: self.state,
             remote: self.remote,

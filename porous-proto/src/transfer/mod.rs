@@ -35,14 +35,15 @@ use std::time::{Duration, Instant};
 use bytes::BufMut;
 use smallvec::SmallVec;
 
+use crate::config::Priority;
 use crate::seq::SeqSpace;
+pub(crate) use crate::stats::TransferStats;
 use crate::wire::{AckRange, CHECK_LEN, Data, DataHeader, DataWriter, FRAME_OVERHEAD_MAX, Key, RunContext};
 use acks::{MAX_RANGES, Receiver};
 use congestion::{Aimd, Controller, Path};
 pub(crate) use inflight::SPAN_COST;
 use inflight::{InFlight, Outcome};
 use ping::Ping;
-pub use queues::Priority;
 use queues::SendQueues;
 pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage};
 use rtt::{INITIAL_RTT, Rtt};
@@ -100,49 +101,6 @@ impl TransferConfig {
             span_limit: crate::seq::FRAME_WINDOW as usize,
         }
     }
-}
-
-/// Counters of one connection's transfer layer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TransferStats {
-    /// New frames sent.
-    pub frames_sent: u64,
-    /// Frames sent again after being considered dropped.
-    pub frames_resent: u64,
-    /// Frames considered dropped (by timeout or by later acknowledgements).
-    pub frames_lost: u64,
-    /// Frames acknowledged.
-    pub frames_acked: u64,
-    /// Dropped unreliable frames turned into sentinel frames.
-    pub sentinel_frames: u64,
-    /// Frames received inside the receive window.
-    pub frames_received: u64,
-    /// Frames dropped for lying outside the receive window.
-    pub frames_out_of_window: u64,
-    /// Datagrams sent.
-    pub datagrams_sent: u64,
-    /// Datagrams received and verified.
-    pub datagrams_received: u64,
-    /// Bytes sent, UDP payload.
-    pub bytes_sent: u64,
-    /// Bytes received, UDP payload.
-    pub bytes_received: u64,
-    /// Unreliable messages removed from dropped frames.
-    pub unreliable_stripped: u64,
-    /// Unreliable messages dropped from a full send queue before being sent.
-    pub unreliable_dropped: u64,
-    /// Congestion window resets (spec equations (13)-(15)).
-    pub congestion_resets: u64,
-    /// Frames given up without an acknowledgement: unreliable frames considered lost and
-    /// discarded, and frames still unacknowledged when the connection ended. A count that
-    /// climbs while `frames_acked` stands still means the peer hears nothing of what this
-    /// side sends.
-    pub frames_unacknowledged: u64,
-    /// Frame ids skipped on purpose (never sent) to catch dishonest acknowledgements.
-    pub frames_skipped: u64,
-    /// Acknowledgements of skipped ids: the peer acknowledged what it never received.
-    pub dishonest_acks: u64,
 }
 
 /// The transfer layer of one connection.
@@ -589,16 +547,23 @@ impl Transfer {
         (self.rtt.srtt() + self.rtt.srtt() / 4).max(rtt::GRANULARITY)
     }
 
-    /// The next time a timer of this layer fires: a loss deadline or a ping.
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        let rto = self.inflight.oldest_send().map(|(t, overtaken)| {
+    /// When loss detection must run next: the RTO of the oldest transmission in flight,
+    /// or the end of its reordering window once a later one was acknowledged.
+    pub(crate) fn loss_deadline(&self) -> Option<Instant> {
+        self.inflight.oldest_send().map(|(t, overtaken)| {
             t + if overtaken { self.rtt.rto().min(self.reorder_window()) } else { self.rtt.rto() }
-        });
-        let ping = self.ping.deadline(self.ping_period());
-        match (rto, ping) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        })
+    }
+
+    /// When the next ping is due.
+    pub(crate) fn ping_deadline(&self) -> Option<Instant> {
+        self.ping.deadline(self.ping_period())
+    }
+
+    /// The next time a timer of this layer fires.
+    #[cfg(test)]
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        [self.loss_deadline(), self.ping_deadline()].into_iter().flatten().min()
     }
 
     /// A round-trip sample taken outside pings (the handshake's request and reply).

@@ -13,17 +13,8 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+use crate::config::Priority;
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
-
-/// A channel's priority in the transfer layer's send queues.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Priority {
-    /// Sent before any low-priority message.
-    #[default]
-    High,
-    /// Sent when no high-priority message waits.
-    Low,
-}
 
 /// A message owned by the transfer layer. The payload is a slice of the application's
 /// packet; it is never copied until it is encoded into a datagram.

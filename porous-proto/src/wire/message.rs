@@ -30,24 +30,13 @@ use bytes::BufMut;
 
 use super::codec::{Reader, varint_len};
 use super::{DecodeError, Field};
+pub use crate::event::SendMode;
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 
 /// The largest number of fragments a packet may be split into.
 pub const MAX_FRAGMENTS: u32 = 65_536;
 /// The most bytes a message header (everything but the payload) can take.
 pub const MESSAGE_HEADER_MAX: usize = 1 + 1 + 3 + 3 + 3 + 3 + 3;
-
-/// How a packet is delivered (spec §2.4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum SendMode {
-    /// Resent until acknowledged; the channel stalls until it is delivered.
-    Reliable,
-    /// Sent once; delivered if it arrives in time, skipped otherwise.
-    Unreliable,
-    /// Resent until acknowledged, but the channel does not stall for it.
-    Passive,
-}
 
 /// What a message is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

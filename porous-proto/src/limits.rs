@@ -1,0 +1,168 @@
+//! What a configuration implies: the checks of [`HostConfig::validate`] and
+//! [`PeerConfig::validate`], and the memory bound of [`PeerConfig::memory_limit`],
+//! computed in one place from the layers' own constants. `config.rs` holds only the
+//! vocabulary, so every layer may read a configuration without importing this module,
+//! and this module imports the layers it measures (downward only).
+
+use crate::channel::{Channel, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, packet_cost};
+use crate::config::{ConfigError, HostConfig, PeerConfig};
+use crate::peer::Session;
+use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, WINDOW_ACK_SPACING};
+use crate::transfer::{MESSAGE_OVERHEAD, SPAN_COST};
+use crate::wire::{self, MAX_MTU, MIN_MTU};
+
+impl PeerConfig {
+    /// An upper bound on the heap one connected peer holds under this configuration,
+    /// whatever the remote sends (the host fuzzer checks it after every step). It adds:
+    ///
+    /// - reassembly: `max_reassembly_bytes`, plus per channel three packets and a datagram
+    ///   that progress may take beyond it (`docs/protocol.md`, Memory), and the receive
+    ///   queues' slots;
+    /// - sending: what the channels' `max_queued_bytes` allow, the queue slots for it, and
+    ///   the record of frames in flight, which may span twice the messages those limits
+    ///   allow (a frame the remote never acknowledges holds its place);
+    /// - a few kilobytes of fixed structures.
+    ///
+    /// With the defaults it is about 142 MB: 108 MB on the sending side, which only the
+    /// application's own sends can fill (4 channels of 4 MiB, and their bookkeeping), and
+    /// 34 MB that a remote alone can make a peer hold (reassembly). Lower the limits to
+    /// serve many peers: `max_peers` times this bounds every peer's share of a host.
+    pub fn memory_limit(&self) -> usize {
+        memory_bound(self)
+    }
+
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.channels.is_empty() || self.channels.len() > 255 {
+            return Err(ConfigError::ChannelCount(self.channels.len()));
+        }
+        if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
+            return Err(ConfigError::Mtu(self.mtu));
+        }
+        let max = wire::fragment_payload(self.mtu) * wire::MAX_FRAGMENTS as usize;
+        let max = max.min(u32::MAX as usize);
+        if self.max_packet_size == 0 || self.max_packet_size > max {
+            return Err(ConfigError::MaxPacketSize { size: self.max_packet_size, max });
+        }
+        if self.max_reassembly_bytes < self.mtu {
+            return Err(ConfigError::ReassemblyTooSmall(self.max_reassembly_bytes));
+        }
+        let need = packet_cost(self.max_packet_size, wire::fragment_payload(self.mtu));
+        if let Some(i) = self.channels.iter().position(|c| c.max_queued_bytes < need) {
+            return Err(ConfigError::ChannelQueue {
+                channel: i,
+                size: self.channels.get(i).map_or(0, |c| c.max_queued_bytes),
+                need,
+            });
+        }
+        for (name, d) in [
+            ("timeout", self.timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("disconnect_timeout", self.disconnect_timeout),
+            ("linger", self.linger),
+            ("ping_interval", self.ping_interval),
+            ("connect_retry", self.connect_retry),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::ZeroDuration(name));
+            }
+        }
+        if self.initial_window == 0 {
+            return Err(ConfigError::InitialWindow);
+        }
+        if self.ping_interval >= self.timeout {
+            return Err(ConfigError::PingInterval);
+        }
+        Ok(())
+    }
+}
+
+impl HostConfig {
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_peers == 0 || self.max_pending == 0 {
+            return Err(ConfigError::NoPeers);
+        }
+        self.peer.validate()
+    }
+}
+
+/// Most frames and message slots the in-flight record may span (see
+/// `TransferConfig::span_limit`). Every message held costs its channel at least a queue
+/// slot of its limit, so twice the messages the limits allow leaves room for done frames
+/// in between.
+pub(crate) fn span_limit(cfg: &PeerConfig) -> usize {
+    let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
+    (2 * queued / MESSAGE_OVERHEAD).clamp(64, FRAME_WINDOW as usize)
+}
+
+/// An upper bound on the heap a connected peer holds under `cfg`, whatever the remote
+/// does (see [`PeerConfig::memory_limit`], which documents the terms).
+fn memory_bound(cfg: &PeerConfig) -> usize {
+    let channels = cfg.channels.len();
+    let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
+    let packet = cfg.max_packet_size + cfg.mtu + ENTRY_OVERHEAD;
+    let reassembly = cfg.max_reassembly_bytes + channels * (3 * packet + cfg.mtu);
+    // Entries holding data are charged their slots (twice over) within `reassembly`;
+    // sentinel-only entries are not (at most N_Q / M per channel), nor the markers of
+    // displaced passive packets (at most MAX_DISPLACED).
+    let sentinels = channels * ((PACKET_WINDOW / WINDOW_ACK_SPACING) as usize + MAX_DISPLACED);
+    let receive = 2 * reassembly + 2 * sentinels * ENTRY_SIZE;
+    let send = 5 * queued + span_limit(cfg) * SPAN_COST;
+    let fixed = size_of::<Session>() + channels * (size_of::<Channel>() + 2 * size_of::<usize>()) + FIXED_SLACK;
+    receive + send + fixed
+}
+
+/// The small structures a session holds besides its queues: acknowledgement ranges, the
+/// ping ring, the queues' minimum capacities.
+const FIXED_SLACK: usize = 16 << 10;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::ChannelConfig;
+
+    #[test]
+    fn the_default_is_valid_and_game_ready() {
+        let c = HostConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        assert!(c.peer.channels.len() >= 4);
+        assert_eq!(c.peer.incoming_bandwidth, 0, "no bandwidth cap by default");
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        let bad = |f: fn(&mut HostConfig)| {
+            let mut c = HostConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert_eq!(bad(|c| c.max_peers = 0), ConfigError::NoPeers);
+        assert_eq!(bad(|c| c.peer.channels.clear()), ConfigError::ChannelCount(0));
+        assert_eq!(bad(|c| c.peer.channels = vec![ChannelConfig::default(); 256]), ConfigError::ChannelCount(256));
+        assert_eq!(bad(|c| c.peer.mtu = 100), ConfigError::Mtu(100));
+        assert_eq!(bad(|c| c.peer.mtu = 70_000), ConfigError::Mtu(70_000));
+        assert!(matches!(bad(|c| c.peer.max_packet_size = 0), ConfigError::MaxPacketSize { .. }));
+        assert!(matches!(bad(|c| c.peer.max_packet_size = usize::MAX), ConfigError::MaxPacketSize { .. }));
+        assert_eq!(bad(|c| c.peer.max_reassembly_bytes = 10), ConfigError::ReassemblyTooSmall(10));
+        let need = bad(|c| c.peer.channels[2].max_queued_bytes = 0);
+        assert!(matches!(need, ConfigError::ChannelQueue { channel: 2, size: 0, need } if need > 1 << 20));
+        // A queue that holds one largest packet, exactly, is enough.
+        let ConfigError::ChannelQueue { need, .. } = need else { unreachable!() };
+        let mut c = HostConfig::default();
+        c.peer.channels[1].max_queued_bytes = need;
+        assert_eq!(c.validate(), Ok(()));
+        c.peer.channels[1].max_queued_bytes = need - 1;
+        assert!(matches!(c.validate(), Err(ConfigError::ChannelQueue { channel: 1, .. })));
+        // Smaller queues go with smaller packets.
+        c.peer.max_packet_size = 1000;
+        c.peer.channels[1].max_queued_bytes = 2000;
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(bad(|c| c.peer.ping_interval = c.peer.timeout), ConfigError::PingInterval);
+        assert_eq!(bad(|c| c.peer.timeout = Duration::ZERO), ConfigError::ZeroDuration("timeout"));
+        assert_eq!(bad(|c| c.peer.initial_window = 0), ConfigError::InitialWindow);
+        assert!(bad(|c| c.peer.mtu = 5).to_string().contains("128..=65507"));
+    }
+}

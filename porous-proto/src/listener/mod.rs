@@ -1,0 +1,144 @@
+//! The listener: the host's side of incoming connection requests. It decides, for each
+//! request from an address with no peer, whether to answer it with a cookie challenge, a
+//! refusal, nothing for now, or a new pending peer, and keeps the count of pending
+//! handshakes that the decision depends on.
+//!
+//! The rules (`docs/protocol.md`, Handshake; `docs/security.md`):
+//!
+//! - at or above `challenge_above` pending handshakes, a request without a cookie valid
+//!   for its address and nonce is answered with a stateless cookie ([`cookie`]), so
+//!   spoofed sources never create state;
+//! - a request the host cannot take is refused (not accepting, incompatible, full), with
+//!   nothing allocated;
+//! - beyond `max_pending` handshakes under way, a request is left unanswered for now: a
+//!   handshake once answered is never dropped to make room, and the requester retries;
+//! - otherwise the request gets a pending peer.
+//!
+//! Invariant: `pending` is the number of peers in the host's table that are incoming
+//! connections still in their handshake; the host reports every such peer's creation and
+//! every change of its pending status through [`Listener::pending_changed`].
+
+mod cookie;
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use cookie::CookieJar;
+
+use crate::config::{HostConfig, PeerConfig};
+use crate::peer::{self, Params};
+use crate::wire::{ConnectRequest, Cookie, RefuseReason};
+
+/// What to do with a connection request.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// Answer with this cookie; the requester must echo it.
+    Challenge(Cookie),
+    /// Answer with a refusal; allocate nothing.
+    Refuse(RefuseReason),
+    /// Do not answer now: the requester's retry may find room.
+    Defer,
+    /// Make a pending peer with these parameters and answer the request.
+    Accept(Params),
+}
+
+/// Counters of the listener (reported in `HostStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ListenerCounters {
+    pub(crate) refused: u64,
+    pub(crate) challenged: u64,
+    pub(crate) bad_cookies: u64,
+    pub(crate) handshakes_deferred: u64,
+    pub(crate) accepted: u64,
+}
+
+/// The host's handshake admission.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    cookies: CookieJar,
+    accept_incoming: bool,
+    max_peers: usize,
+    max_pending: usize,
+    challenge_above: usize,
+    pending: usize,
+    counters: ListenerCounters,
+}
+
+impl Listener {
+    /// A listener for `config`, its cookies keyed with `secret`.
+    pub(crate) fn new(config: &HostConfig, secret: (u64, u64)) -> Self {
+        Self {
+            cookies: CookieJar::new(secret),
+            accept_incoming: config.accept_incoming,
+            max_peers: config.max_peers,
+            max_pending: config.max_pending,
+            challenge_above: config.challenge_above,
+            pending: 0,
+            counters: ListenerCounters::default(),
+        }
+    }
+
+    /// Judges `req` from `from` at `now`, with `peers` peers in the table and `cfg` this
+    /// side's connection settings.
+    pub(crate) fn judge(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        req: &ConnectRequest,
+        peers: usize,
+        cfg: &PeerConfig,
+    ) -> Verdict {
+        if self.pending >= self.challenge_above {
+            // Under load: no state for a request until it proves it can hear us.
+            let valid = req.cookie.is_some_and(|c| self.cookies.verify(now, from, req.nonce, &c));
+            if !valid {
+                if req.cookie.is_some() {
+                    self.counters.bad_cookies += 1;
+                }
+                self.counters.challenged += 1;
+                return Verdict::Challenge(self.cookies.issue(now, from, req.nonce));
+            }
+        }
+        let verdict = if !self.accept_incoming {
+            Err(RefuseReason::NotAccepting)
+        } else {
+            peer::negotiate(cfg, req)
+                .map_err(peer::refusal)
+                .and_then(|params| if peers >= self.max_peers { Err(RefuseReason::HostFull) } else { Ok(params) })
+        };
+        match verdict {
+            Err(reason) => {
+                self.counters.refused += 1;
+                Verdict::Refuse(reason)
+            }
+            Ok(_) if self.pending >= self.max_pending => {
+                self.counters.handshakes_deferred += 1;
+                Verdict::Defer
+            }
+            Ok(params) => {
+                self.counters.accepted += 1;
+                self.pending += 1;
+                Verdict::Accept(params)
+            }
+        }
+    }
+
+    /// A peer accepted by [`Listener::judge`] left its handshake (connected, or ended and
+    /// deleted) or never existed after all.
+    pub(crate) fn pending_changed(&mut self, was: bool, is: bool) {
+        match (was, is) {
+            (true, false) => self.pending -= 1,
+            (false, true) => self.pending += 1,
+            _ => {}
+        }
+    }
+
+    /// Incoming connections in their handshake now.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending
+    }
+
+    pub(crate) fn counters(&self) -> ListenerCounters {
+        self.counters
+    }
+}
