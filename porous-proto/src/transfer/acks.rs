@@ -22,8 +22,9 @@ pub(crate) const ACK_REPEATS: u8 = 3;
 /// Most ranges remembered (and sent in one section).
 pub(crate) const MAX_RANGES: usize = crate::wire::MAX_ACK_RANGES;
 
+/// A range of received frame ids and how many more ack sections should carry it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Pending {
+struct KeptRange {
     first: u32,
     last: u32,
     repeats: u8,
@@ -34,7 +35,7 @@ pub(crate) struct Receiver {
     i_b: u32,
     window: u32,
     /// Newest first; disjoint and non-adjacent.
-    ranges: VecDeque<Pending>,
+    ranges: VecDeque<KeptRange>,
     /// A frame arrived since the last ack section: an acknowledgement is due.
     fresh: bool,
 }
@@ -46,7 +47,7 @@ impl Receiver {
 
     /// Bytes of the acknowledgement ranges' storage.
     pub(crate) fn memory(&self) -> usize {
-        self.ranges.capacity() * size_of::<Pending>()
+        self.ranges.capacity() * size_of::<KeptRange>()
     }
 
     /// One past the newest frame received.
@@ -117,7 +118,7 @@ impl Receiver {
                     r.repeats = ACK_REPEATS;
                 }
             }
-            (false, false) => self.ranges.insert(pos, Pending { first: k, last: k, repeats: ACK_REPEATS }),
+            (false, false) => self.ranges.insert(pos, KeptRange { first: k, last: k, repeats: ACK_REPEATS }),
         }
     }
 

@@ -134,8 +134,8 @@ enum Plan {
     Resend(u32),
     /// Send the new frame with this id.
     New(u32),
-    /// Acknowledgements and pings only.
-    Bare,
+    /// No frame: acknowledgements and pings only.
+    NoFrame,
 }
 
 impl Transfer {
@@ -264,7 +264,7 @@ impl Transfer {
         let echo = self.ping.echo();
 
         // Choose the frame, if any: a resend first, else a new frame.
-        let mut plan = Plan::Bare;
+        let mut plan = Plan::NoFrame;
         let mut msgs_len = 0;
         if let Some(f) = self.inflight.first_resendable(cwnd) {
             let (id, range) = (f.id, f.msgs.clone());
@@ -282,7 +282,7 @@ impl Transfer {
 
         let frame = match plan {
             Plan::Resend(id) | Plan::New(id) => Some(id),
-            Plan::Bare => None,
+            Plan::NoFrame => None,
         };
         // Acknowledgements ride along when they fit. A new frame's budget already left room
         // for due ones; when a resend leaves none, the due acknowledgements go alone first
@@ -292,7 +292,7 @@ impl Transfer {
         let (frame, ranges_sent) = match (ack_len <= room, acks_due) {
             (true, _) => (frame, ranges.len()),
             (false, true) => {
-                plan = Plan::Bare;
+                plan = Plan::NoFrame;
                 (None, ranges.len())
             }
             (false, false) => {
@@ -341,7 +341,7 @@ impl Transfer {
                 self.stats.frames_resent += 1;
             }
             Plan::New(_) => self.stats.frames_sent += 1,
-            Plan::Bare => {}
+            Plan::NoFrame => {}
         }
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += len as u64;

@@ -79,7 +79,7 @@ impl Check {
     }
 
     /// Folds in the full value of a truncated field.
-    pub(crate) fn implicit(&mut self, full: u32) {
+    pub(crate) fn full_id(&mut self, full: u32) {
         self.0.update(&full.to_le_bytes());
     }
 
@@ -122,10 +122,10 @@ mod tests {
     fn keyed_check_differs_from_unkeyed_and_detects_implicit_values() {
         let mut a = Check::new(Key::version());
         a.bytes(b"abc");
-        a.implicit(7);
+        a.full_id(7);
         let mut b = Check::new(Key::version());
         b.bytes(b"abc");
-        b.implicit(8);
+        b.full_id(8);
         assert_ne!(a.finish(), b.finish());
         assert_ne!(crc32fast::hash(b"abc"), {
             let mut c = Check::new(Key::version());

@@ -32,7 +32,7 @@ use bytes::BufMut;
 
 use super::check::{Check, Key};
 use super::codec::{Reader, put_uint, put_varint, varint_len};
-use super::message::{Implicit, Message, NoImplicit, RunContext};
+use super::message::{FullIds, IgnoreFullIds, Message, RunContext};
 use super::{CHECK_LEN, DecodeError, Field};
 use crate::seq::{FRAME_WINDOW, SeqSpace};
 
@@ -124,11 +124,12 @@ pub struct DataWriter<'o, B> {
     run: RunContext,
 }
 
+/// The full value of the id a message just wrote, if any, for the check.
 #[derive(Default)]
-struct Pending(Option<(usize, u32)>);
+struct LastFullId(Option<(usize, u32)>);
 
-impl Implicit for Pending {
-    fn implicit(&mut self, end: usize, full: u32) {
+impl FullIds for LastFullId {
+    fn full_id(&mut self, end: usize, full: u32) {
         self.0 = Some((end, full));
     }
 }
@@ -156,7 +157,7 @@ impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
         w.out.put_u8(ty);
         if let Some((id, bytes)) = header.frame {
             put_uint(w.out, id, bytes as usize);
-            w.implicit(id);
+            w.full_id(id);
         }
         if let Some(p) = header.ping {
             w.out.put_u8(p);
@@ -168,7 +169,7 @@ impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
             let s = SeqSpace::FRAME;
             w.out.put_u8((header.acks.len() - 1) as u8);
             w.out.put_u16_le(first.last as u16);
-            w.implicit(first.last);
+            w.full_id(first.last);
             put_varint(w.out, s.distance(first.first, first.last));
             for (newer, older) in header.acks.iter().zip(header.acks.iter().skip(1)) {
                 put_varint(w.out, s.distance(older.last, newer.first) - 2);
@@ -178,14 +179,15 @@ impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
         w
     }
 
-    fn implicit(&mut self, full: u32) {
-        self.implicit_at(self.out.as_ref().len(), full);
+    /// A truncated field was just written: its full value enters the check.
+    fn full_id(&mut self, full: u32) {
+        self.full_id_at(self.out.as_ref().len(), full);
     }
 
-    /// Feeds the check with everything written since the last implicit value, then `full`.
-    fn implicit_at(&mut self, end: usize, full: u32) {
+    /// Feeds the check with everything written since the last full value, then `full`.
+    fn full_id_at(&mut self, end: usize, full: u32) {
         self.check.bytes(self.out.as_ref().get(self.checked..end).unwrap_or_default());
-        self.check.implicit(full);
+        self.check.full_id(full);
         self.checked = end;
     }
 
@@ -197,10 +199,10 @@ impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
     /// Appends a message. `last` must be set on the final message of the frame (it then
     /// omits its length); `short_id` allows a 16-bit explicit id.
     pub fn message(&mut self, m: &Message<'_>, short_id: bool, last: bool) {
-        let mut pending = Pending::default();
+        let mut pending = LastFullId::default();
         self.run.encode(m, short_id, last, self.out, &mut pending);
         if let Some((end, full)) = pending.0 {
-            self.implicit_at(end, full);
+            self.full_id_at(end, full);
         }
     }
 
@@ -253,13 +255,13 @@ struct Verify<'a> {
 impl Verify<'_> {
     fn at(&mut self, end: usize, full: u32) {
         self.check.bytes(self.input.get(self.checked..end).unwrap_or_default());
-        self.check.implicit(full);
+        self.check.full_id(full);
         self.checked = end;
     }
 }
 
-impl Implicit for Verify<'_> {
-    fn implicit(&mut self, end: usize, full: u32) {
+impl FullIds for Verify<'_> {
+    fn full_id(&mut self, end: usize, full: u32) {
         self.at(end, full);
     }
 }
@@ -402,8 +404,8 @@ struct Shift<'v, 'a> {
     offset: usize,
 }
 
-impl Implicit for Shift<'_, '_> {
-    fn implicit(&mut self, end: usize, full: u32) {
+impl FullIds for Shift<'_, '_> {
+    fn full_id(&mut self, end: usize, full: u32) {
         self.inner.at(self.offset + end, full);
     }
 }
@@ -458,7 +460,7 @@ impl<'a, E: Expand> Iterator for Messages<'a, '_, E> {
         let ctx = self.ctx;
         let mut expand = |ch: u8, t: u16| ctx.packet_id(ch, t);
         // Validated by `Data::decode`; an error here cannot happen, and ends the walk.
-        self.run.decode(&mut self.r, &mut expand, &mut NoImplicit).ok()
+        self.run.decode(&mut self.r, &mut expand, &mut IgnoreFullIds).ok()
     }
 }
 

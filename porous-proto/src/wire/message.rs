@@ -166,17 +166,17 @@ impl Fields {
     }
 }
 
-/// Callback for the full value of every truncated id: gets the reader/writer position
-/// right after the truncated field and the full value.
-pub(crate) trait Implicit {
-    fn implicit(&mut self, end: usize, full: u32);
+/// Receives the full value of every truncated id, with the reader's or writer's position
+/// right after its field: the integrity check covers full values, not truncated ones.
+pub(crate) trait FullIds {
+    fn full_id(&mut self, end: usize, full: u32);
 }
 
-/// Ignores implicit values (for passes after the datagram was verified).
-pub(crate) struct NoImplicit;
+/// Ignores full values (for passes after the datagram was verified).
+pub(crate) struct IgnoreFullIds;
 
-impl Implicit for NoImplicit {
-    fn implicit(&mut self, _end: usize, _full: u32) {}
+impl FullIds for IgnoreFullIds {
+    fn full_id(&mut self, _end: usize, _full: u32) {}
 }
 
 fn mode_bits(mode: SendMode) -> u8 {
@@ -298,7 +298,7 @@ impl RunContext {
         short_id: bool,
         last: bool,
         out: &mut B,
-        implicit: &mut impl Implicit,
+        full_ids: &mut impl FullIds,
     ) {
         let p = self.plan(m, short_id);
         let header =
@@ -336,7 +336,7 @@ impl RunContext {
             out.put_slice(fields.bytes());
         }
         if let Some(end) = implicit_at {
-            implicit.implicit(start + end, m.id);
+            full_ids.full_id(start + end, m.id);
         }
         self.observe(m);
     }
@@ -355,7 +355,7 @@ impl RunContext {
         &mut self,
         r: &mut Reader<'a>,
         expand: &mut impl FnMut(u8, u16) -> u32,
-        implicit: &mut impl Implicit,
+        full_ids: &mut impl FullIds,
     ) -> Result<Message<'a>, DecodeError> {
         let h = r.u8(Field::MessageHeader)?;
         let kind_bits = h >> 6;
@@ -381,7 +381,7 @@ impl RunContext {
             } else {
                 let t = r.uint(2, Field::PacketId)? as u16;
                 let full = expand(channel, t);
-                implicit.implicit(r.position(), full);
+                full_ids.full_id(r.position(), full);
                 full
             };
             (channel, id)
@@ -449,7 +449,7 @@ mod tests {
         for (i, m) in msgs.iter().enumerate() {
             let last = i + 1 == msgs.len();
             predicted += ctx.encoded_len(m, short, last);
-            ctx.encode(m, short, last, &mut out, &mut NoImplicit);
+            ctx.encode(m, short, last, &mut out, &mut IgnoreFullIds);
             assert!(RunContext::explicit_len(m) >= RunContext::default().encoded_len(m, short, last));
             assert_eq!(RunContext::explicit_len(m), RunContext::default().encoded_len(m, false, false));
             assert_eq!(
@@ -462,7 +462,7 @@ mod tests {
         let mut ctx = RunContext::default();
         let mut expand = |_ch: u8, t: u16| SeqSpace::PACKET.expand(u32::from(t), 16, base);
         for m in msgs {
-            let got = ctx.decode(&mut r, &mut expand, &mut NoImplicit);
+            let got = ctx.decode(&mut r, &mut expand, &mut IgnoreFullIds);
             assert_eq!(got.as_ref(), Ok(m));
         }
         assert!(r.is_empty());
@@ -527,7 +527,7 @@ mod tests {
     fn decode_errors_are_precise() {
         fn dec(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
             let mut expand = |_: u8, t: u16| u32::from(t);
-            RunContext::default().decode(&mut Reader::new(bytes), &mut expand, &mut NoImplicit)
+            RunContext::default().decode(&mut Reader::new(bytes), &mut expand, &mut IgnoreFullIds)
         }
         assert_eq!(dec(&[]), Err(DecodeError::Truncated(Field::MessageHeader)));
         assert_eq!(dec(&[0xC3]), Err(DecodeError::UnknownMessage(0xC3)));
@@ -555,8 +555,8 @@ mod tests {
     #[test]
     fn truncated_ids_report_their_full_value() {
         struct Seen(Vec<(usize, u32)>);
-        impl Implicit for Seen {
-            fn implicit(&mut self, end: usize, full: u32) {
+        impl FullIds for Seen {
+            fn full_id(&mut self, end: usize, full: u32) {
                 self.0.push((end, full));
             }
         }
