@@ -167,6 +167,8 @@ impl SendQueues {
 pub(crate) mod tests {
     use super::*;
 
+    /// A whole packet's message for the transfer layer's tests; its payload repeats the
+    /// id's low byte.
     pub(crate) fn msg(channel: u8, id: u32, mode: SendMode, len: usize) -> OutMessage {
         OutMessage {
             kind: MessageKind::Fragment(mode),
@@ -174,7 +176,7 @@ pub(crate) mod tests {
             id,
             dependency: 0,
             fragment: Fragment::WHOLE,
-            payload: Bytes::from(vec![0; len]),
+            payload: Bytes::from(vec![id as u8; len]),
         }
     }
 

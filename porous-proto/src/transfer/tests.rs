@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::queues::tests::msg as message;
 use super::*;
-use crate::wire::{Expand, Fragment, MessageKind, SendMode};
+use crate::wire::{Expand, SendMode};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -31,17 +32,6 @@ impl Expand for Exp<'_> {
     }
     fn packet_id(&self, _: u8, t: u16) -> u32 {
         u32::from(t)
-    }
-}
-
-fn message(channel: u8, id: u32, mode: SendMode, len: usize) -> OutMessage {
-    OutMessage {
-        kind: MessageKind::Fragment(mode),
-        channel,
-        id,
-        dependency: 0,
-        fragment: Fragment::WHOLE,
-        payload: Bytes::from(vec![id as u8; len]),
     }
 }
 
