@@ -33,6 +33,23 @@ pub enum Priority {
     Low,
 }
 
+/// Which congestion controller a connection's sending side runs. Local to each side (not
+/// negotiated): each side controls what it sends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CongestionControl {
+    /// Model-based (the default): estimates the path's bottleneck bandwidth and minimum
+    /// round trip, paces sends at that rate and keeps the flight near their product. Random
+    /// loss (Wi-Fi, mobile) does not slow it down; loss that comes with a queue does, by a
+    /// bounded step per round trip. A departure from the spec (`docs/protocol.md`).
+    #[default]
+    Model,
+    /// The spec's AIMD exactly (§3.1.4-§3.1.5): slow start, then one datagram more per
+    /// window, halved on loss; unpaced. Every loss reads as congestion, so a lossy path
+    /// keeps it small.
+    Aimd,
+}
+
 /// Settings of one channel, local to this side (not negotiated).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -100,6 +117,8 @@ pub struct PeerConfig {
     pub connect_retry: Duration,
     /// Congestion window before the first acknowledgement, in datagrams.
     pub initial_window: usize,
+    /// The congestion controller of what this side sends.
+    pub congestion: CongestionControl,
 }
 
 impl Default for PeerConfig {
@@ -119,6 +138,7 @@ impl Default for PeerConfig {
             ping_interval: Duration::from_millis(500),
             connect_retry: Duration::from_millis(200),
             initial_window: 10,
+            congestion: CongestionControl::Model,
         }
     }
 }

@@ -44,10 +44,10 @@ mod stats;
 mod transfer;
 pub mod wire;
 
-pub use config::{ChannelConfig, ConfigError, HostConfig, PeerConfig, Priority, SequenceStart};
+pub use config::{ChannelConfig, ConfigError, CongestionControl, HostConfig, PeerConfig, Priority, SequenceStart};
 pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit};
 pub use host::Host;
-pub use stats::{HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};
+pub use stats::{CongestionMode, CongestionStats, HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};
 
 #[cfg(any(test, feature = "arbitrary"))]
 #[doc(hidden)]

@@ -47,6 +47,40 @@ pub struct TransferStats {
     pub dishonest_acks: u64,
 }
 
+/// What a congestion controller is doing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CongestionMode {
+    /// AIMD below its threshold: one datagram more per acknowledged frame.
+    #[default]
+    SlowStart,
+    /// AIMD above its threshold: one datagram more per window acknowledged.
+    Avoidance,
+    /// Model: doubling the rate each round trip to find the bottleneck.
+    Startup,
+    /// Model: draining the queue Startup built.
+    Drain,
+    /// Model: at the bottleneck rate, probing for more now and then.
+    ProbeBandwidth,
+    /// Model: the flight held down to see the path's minimum round trip again.
+    ProbeRtt,
+}
+
+/// The congestion controller's view of the path (see
+/// [`CongestionControl`](crate::CongestionControl)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CongestionStats {
+    /// What the controller is doing.
+    pub mode: CongestionMode,
+    /// Estimated bottleneck bandwidth, bytes per second (0 for AIMD, or before a sample).
+    pub bandwidth: u64,
+    /// Minimum round trip seen recently (zero for AIMD).
+    pub min_rtt: Duration,
+    /// Rate sends are paced at, bytes per second (0: unpaced, as AIMD is).
+    pub pacing_rate: u64,
+}
+
 /// The five states of a peer (spec §2.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PeerState {
@@ -80,6 +114,8 @@ pub struct PeerStats {
     pub rto: Duration,
     /// Congestion window, bytes.
     pub cwnd: usize,
+    /// The congestion controller's mode, bandwidth estimate, minimum RTT and pacing rate.
+    pub congestion: CongestionStats,
     /// Slow start threshold, bytes (`usize::MAX` before the first loss).
     pub ssthresh: usize,
     /// Bytes in flight.

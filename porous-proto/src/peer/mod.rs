@@ -566,6 +566,7 @@ impl Peer {
                 if let Some(s) = &self.session {
                     t.set(Timer::Loss, s.transfer.loss_deadline());
                     t.set(Timer::Ping, s.transfer.ping_deadline());
+                    t.set(Timer::Pacing, s.transfer.pacing_deadline());
                 }
                 let close = match self.closing {
                     Some(Closing::Flushing(deadline)) => Some(deadline),
@@ -604,6 +605,7 @@ impl Peer {
             latest_rtt: t.map_or(Duration::ZERO, |t| t.latest_rtt()),
             rto: t.map_or(Duration::ZERO, |t| t.rto()),
             cwnd: t.map_or(0, |t| t.cwnd()),
+            congestion: t.map(|t| t.congestion()).unwrap_or_default(),
             ssthresh: t.map_or(0, |t| t.ssthresh()),
             flight: t.map_or(0, |t| t.flight()),
             frames_in_flight: t.map_or(0, |t| t.frames_in_flight()),

@@ -100,6 +100,7 @@ impl Session {
         tc.bandwidth = params.send_bandwidth;
         tc.ping_interval = cfg.ping_interval;
         tc.span_limit = settings.span_limit;
+        tc.congestion = cfg.congestion;
         let channels = Channels::new(
             &cfg.channels,
             crate::wire::fragment_payload(params.mtu),

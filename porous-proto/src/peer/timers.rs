@@ -23,12 +23,14 @@ pub(crate) enum Timer {
     Loss,
     /// The transfer layer's next ping.
     Ping,
+    /// The pacer lets the next datagram go.
+    Pacing,
     /// The peer is a zombie: delete it now.
     Delete,
 }
 
 impl Timer {
-    const COUNT: usize = 7;
+    const COUNT: usize = 8;
 
     const fn index(self) -> usize {
         self as usize

@@ -24,6 +24,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use super::delivery::SendState;
 use super::queues::OutMessage;
 use crate::seq::SeqSpace;
 
@@ -49,6 +50,8 @@ pub(crate) struct Frame {
     pub(crate) serial: u64,
     pub(crate) sent_at: Instant,
     pub(crate) transmissions: u32,
+    /// What the connection had delivered when the latest transmission left.
+    pub(crate) delivery: SendState,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -67,8 +70,9 @@ pub(crate) const SPAN_COST: usize = 2 * (size_of::<Frame>() + size_of::<Option<O
 #[derive(Debug)]
 pub(crate) enum Outcome {
     /// Acknowledged: `size` bytes left the flight. `sent_once` is the send time of a frame
-    /// transmitted exactly once (a clean round-trip sample), with its serial.
-    Acked { size: usize, sent_once: Option<(u64, Instant)> },
+    /// transmitted exactly once (a clean round-trip sample), with its serial; `delivery`
+    /// and `sent_at` describe the latest transmission, for the delivery rate.
+    Acked { size: usize, sent_once: Option<(u64, Instant)>, delivery: SendState, sent_at: Instant },
     /// Dropped and discarded (an unreliable frame).
     Discarded,
     /// Dropped and now waiting to be resent; unreliable messages were stripped.
@@ -156,6 +160,11 @@ impl InFlight {
         self.frames.len().max(self.store.len())
     }
 
+    /// Whether a lost frame waits to be resent.
+    pub(crate) fn has_lost(&self) -> bool {
+        self.lost > 0
+    }
+
     /// Whether a new frame would still fall inside the transfer window of `window` frames.
     pub(crate) fn window_open(&self, window: u32) -> bool {
         SeqSpace::FRAME.distance(self.k_b, self.next) < window
@@ -190,7 +199,14 @@ impl InFlight {
     }
 
     /// Records a new frame over the messages stored since `first_msg`; returns its id.
-    pub(crate) fn push(&mut self, first_msg: u64, reliable: bool, size: usize, now: Instant) -> u32 {
+    pub(crate) fn push(
+        &mut self,
+        first_msg: u64,
+        reliable: bool,
+        size: usize,
+        now: Instant,
+        delivery: SendState,
+    ) -> u32 {
         let id = self.next;
         self.next = SeqSpace::FRAME.add(id, 1);
         let serial = self.take_serial(id, now);
@@ -203,6 +219,7 @@ impl InFlight {
             serial,
             sent_at: now,
             transmissions: 1,
+            delivery,
         });
         self.flight += size;
         self.live += 1;
@@ -225,6 +242,7 @@ impl InFlight {
             serial: 0,
             sent_at: now,
             transmissions: 0,
+            delivery: SendState { delivered: 0, delivered_at: now, first_sent_at: now, app_limited: false },
         });
     }
 
@@ -272,7 +290,7 @@ impl InFlight {
     }
 
     /// A lost frame was transmitted again, now `size` bytes.
-    pub(crate) fn resent(&mut self, id: u32, size: usize, now: Instant) {
+    pub(crate) fn resent(&mut self, id: u32, size: usize, now: Instant, delivery: SendState) {
         let Some(i) = self.index(id) else { return };
         let serial = self.take_serial(id, now);
         let Some(f) = self.frames.get_mut(i) else { return };
@@ -285,6 +303,7 @@ impl InFlight {
         f.serial = serial;
         f.sent_at = now;
         f.transmissions += 1;
+        f.delivery = delivery;
     }
 
     /// Handles an acknowledgement of `id`. Returns `None` when the id is not an outstanding
@@ -302,6 +321,7 @@ impl InFlight {
         self.live -= 1;
         let acked_serial = f.serial;
         let sent_once = (f.transmissions == 1).then_some((f.serial, f.sent_at));
+        let (delivery, sent_at) = (f.delivery, f.sent_at);
         f.state = State::Done;
         let size = f.size;
         let msgs = f.msgs.clone();
@@ -314,7 +334,7 @@ impl InFlight {
             self.largest_acked_serial = Some(acked_serial);
         }
         self.release(msgs, |_| true, &mut release);
-        Some(Outcome::Acked { size, sent_once })
+        Some(Outcome::Acked { size, sent_once, delivery, sent_at })
     }
 
     /// Whether `id` was never sent: at or beyond `next`, within half the space.
@@ -470,7 +490,8 @@ mod tests {
             q.store_message(msg(0, i as u32, m, 100));
         }
         let reliable = modes.iter().any(|&m| m != SendMode::Unreliable);
-        q.push(first, reliable, 100 * modes.len(), now)
+        let delivery = SendState { delivered: 0, delivered_at: now, first_sent_at: now, app_limited: false };
+        q.push(first, reliable, 100 * modes.len(), now, delivery)
     }
 
     #[test]
@@ -483,7 +504,7 @@ mod tests {
         assert_eq!((a, b, c), (u32::MAX - 1, u32::MAX, 0));
         assert_eq!(q.flight(), 400);
         let mut released = 0;
-        assert!(matches!(q.ack(b, |_| released += 1), Some(Outcome::Acked { size: 200, sent_once: Some((1, _)) })));
+        assert!(matches!(q.ack(b, |_| released += 1), Some(Outcome::Acked { size: 200, sent_once: Some((1, _)), .. })));
         assert!(q.ack(b, |_| released += 1).is_none(), "acknowledged once");
         q.pop_done();
         assert_eq!(q.base(), a, "b is done but a still holds the window");
@@ -537,7 +558,7 @@ mod tests {
         assert_eq!(q.first_resendable(usize::MAX).map(|f| f.id), Some(mixed));
         // Only inside the window: the lost frame at the front needs 109 bytes.
         assert!(q.first_resendable(100).is_none());
-        q.resent(mixed, 109, t);
+        q.resent(mixed, 109, t, SendState { delivered: 0, delivered_at: t, first_sent_at: t, app_limited: false });
         assert_eq!(q.first_resendable(usize::MAX).map(|f| f.id), Some(spaced));
     }
 

@@ -23,7 +23,9 @@
 
 mod acks;
 mod congestion;
+pub(crate) mod delivery;
 mod inflight;
+mod pacing;
 mod ping;
 mod queues;
 mod rtt;
@@ -35,14 +37,16 @@ use std::time::{Duration, Instant};
 use bytes::BufMut;
 use smallvec::SmallVec;
 
-use crate::config::Priority;
+use crate::config::{CongestionControl, Priority};
 use crate::seq::SeqSpace;
 pub(crate) use crate::stats::TransferStats;
 use crate::wire::{AckRange, CHECK_LEN, Data, DataHeader, DataWriter, FRAME_OVERHEAD_MAX, Key, RunContext};
 use acks::{MAX_RANGES, Receiver};
-use congestion::{Aimd, Controller, Path};
+use congestion::{AckEvent, Controller, Limits, Path};
+use delivery::Delivery;
 pub(crate) use inflight::SPAN_COST;
 use inflight::{InFlight, Outcome};
+use pacing::Pacer;
 use ping::Ping;
 use queues::SendQueues;
 pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage};
@@ -85,6 +89,8 @@ pub(crate) struct TransferConfig {
     /// is acknowledged, so without this a peer that never acknowledges one frame (or a
     /// link that keeps losing it) would make the record grow with everything sent after.
     pub(crate) span_limit: usize,
+    /// The congestion controller.
+    pub(crate) congestion: CongestionControl,
 }
 
 impl TransferConfig {
@@ -99,6 +105,7 @@ impl TransferConfig {
             channels,
             skip_seed: 0,
             span_limit: crate::seq::FRAME_WINDOW as usize,
+            congestion: CongestionControl::default(),
         }
     }
 }
@@ -110,7 +117,12 @@ pub(crate) struct Transfer {
     queues: SendQueues,
     inflight: InFlight,
     receiver: Receiver,
-    cc: Aimd,
+    cc: Controller,
+    delivery: Delivery,
+    pacer: Pacer,
+    /// When the pacer will let the next datagram go, while it holds back data that is
+    /// ready to send (the pacing timer).
+    pacing_wait: Option<Instant>,
     rtt: Rtt,
     ping: Ping,
     /// Bytes each channel holds in the queues and in flight.
@@ -143,8 +155,12 @@ impl Transfer {
     /// is `remote_base` (both from the handshake).
     pub(crate) fn new(cfg: TransferConfig, local_base: u32, remote_base: u32) -> Self {
         let ceiling = (cfg.frame_window as usize).saturating_mul(cfg.mtu);
+        let limits = Limits { mtu: cfg.mtu, initial_window: cfg.initial_window, bandwidth: cfg.bandwidth, ceiling };
         Self {
-            cc: Aimd::new(cfg.mtu, cfg.initial_window, cfg.bandwidth, ceiling),
+            cc: Controller::new(cfg.congestion, limits),
+            delivery: Delivery::default(),
+            pacer: Pacer::default(),
+            pacing_wait: None,
             queues: SendQueues::default(),
             inflight: InFlight::new(local_base),
             receiver: Receiver::new(remote_base, cfg.frame_window),
@@ -262,12 +278,23 @@ impl Transfer {
         let ack_len = crate::wire::ack_section_len(&ranges);
         let ping_due = self.ping.due(now, self.ping_period());
         let echo = self.ping.echo();
+        let rate = self.cc.pacing_rate();
+        if let Some(rate) = rate {
+            self.pacer.refill(now, rate, pacing::depth(rate, self.rtt.step(), mtu));
+        }
+        self.pacing_wait = None;
 
-        // Choose the frame, if any: a resend first, else a new frame.
+        // Choose the frame, if any: a resend first, else a new frame; either only when the
+        // pacer lets one go.
         let mut plan = Plan::NoFrame;
         let mut msgs_len = 0;
-        if let Some(f) = self.inflight.first_resendable(cwnd) {
-            let (id, range) = (f.id, f.msgs.clone());
+        let resend = self.inflight.first_resendable(cwnd).map(|f| (f.id, f.msgs.clone()));
+        let paced_out = rate.is_some() && !self.pacer.allows();
+        if paced_out {
+            if let (Some(rate), true) = (rate, resend.is_some() || self.can_open_frame()) {
+                self.pacing_wait = Some(self.pacer.ready_at(now, rate));
+            }
+        } else if let Some((id, range)) = resend {
             msgs_len = self.messages_len(&range, ids);
             plan = Plan::Resend(id);
         } else if self.can_open_frame() {
@@ -310,6 +337,11 @@ impl Transfer {
         };
         let acks = ranges.get(..ranges_sent).unwrap_or_default();
         if frame.is_none() && !acks_due && !ping_due && echo.is_none() {
+            if self.pacing_wait.is_none() && self.queues.is_empty() && !self.inflight.has_lost() {
+                // Nothing held back: what is sampled until this flight is delivered says
+                // the path is at least that fast, not that it is no faster.
+                self.delivery.on_app_limited(self.inflight.flight());
+            }
             return None;
         }
         let ping = ping_due.then(|| self.ping.send(now));
@@ -337,10 +369,15 @@ impl Transfer {
         }
         match plan {
             Plan::Resend(id) => {
-                self.inflight.resent(id, FRAME_BASE + msgs_len, now);
+                let state = self.delivery.on_send(now, self.inflight.flight() == 0);
+                self.inflight.resent(id, FRAME_BASE + msgs_len, now, state);
                 self.stats.frames_resent += 1;
+                self.pacer.spend(len);
             }
-            Plan::New(_) => self.stats.frames_sent += 1,
+            Plan::New(_) => {
+                self.stats.frames_sent += 1;
+                self.pacer.spend(len);
+            }
             Plan::NoFrame => {}
         }
         self.stats.datagrams_sent += 1;
@@ -393,7 +430,8 @@ impl Transfer {
         // The exact size: the last message carries no length field.
         let len = used - last_length;
         debug_assert_eq!(len, self.messages_len(&(first..self.inflight.store_end()), ids));
-        let id = self.inflight.push(first, reliable, FRAME_BASE + len, now);
+        let state = self.delivery.on_send(now, self.inflight.flight() == 0);
+        let id = self.inflight.push(first, reliable, FRAME_BASE + len, now, state);
         Some((id, len))
     }
 
@@ -451,17 +489,30 @@ impl Transfer {
         }
         // The newest frame acknowledged here that was sent only once gives an RTT sample.
         let mut newest: Option<(u64, Instant)> = None;
+        let mut acked = 0;
         for range in data.acks() {
-            self.on_ack_range(now, range, &mut newest);
+            acked += self.on_ack_range(now, range, &mut newest);
         }
-        if let Some((_, sent)) = newest {
-            self.rtt.on_sample(now.saturating_duration_since(sent));
+        let rtt = newest.map(|(_, sent)| now.saturating_duration_since(sent));
+        if let Some(sample) = rtt {
+            self.rtt.on_sample(sample);
+        }
+        if acked > 0 {
+            let ack = AckEvent {
+                acked,
+                sample: self.delivery.take_sample(self.cc.stats().min_rtt),
+                rtt,
+                in_flight: self.inflight.flight(),
+                delivered: self.delivery.delivered(),
+            };
+            self.cc.on_ack(now, &ack, self.path());
         }
         self.detect_losses(now);
         self.inflight.pop_done();
     }
 
-    fn on_ack_range(&mut self, now: Instant, range: AckRange, newest: &mut Option<(u64, Instant)>) {
+    /// Acknowledges the frames of `range`; returns the bytes newly acknowledged.
+    fn on_ack_range(&mut self, now: Instant, range: AckRange, newest: &mut Option<(u64, Instant)>) -> usize {
         let s = SeqSpace::FRAME;
         let base = self.inflight.base();
         let next = self.inflight.next_id();
@@ -477,18 +528,24 @@ impl Transfer {
         }
         let hi = hi.min(outstanding - 1);
         let path = self.path();
+        let mut acked = 0;
         for i in lo..=hi {
             let id = s.add(base, i as u32);
             let queued = &mut self.queued;
             // A skipped id in range was counted above.
-            if let Some(Outcome::Acked { size, sent_once }) = self.inflight.ack(id, |m| release(queued, m)) {
-                self.cc.on_ack(now, size, path);
+            if let Some(Outcome::Acked { size, sent_once, delivery, sent_at }) =
+                self.inflight.ack(id, |m| release(queued, m))
+            {
+                self.cc.on_frame_acked(now, size, path);
+                self.delivery.on_acked(now, size, delivery, sent_at);
                 self.stats.frames_acked += 1;
+                acked += size;
                 if let Some(s) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
                     *newest = Some(s);
                 }
             }
         }
+        acked
     }
 
     fn detect_losses(&mut self, now: Instant) {
@@ -498,6 +555,7 @@ impl Transfer {
         let (queued, stats, cc) = (&mut self.queued, &mut self.stats, &mut self.cc);
         self.inflight.detect_losses(now, path.rto, window, |q, id| {
             let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
+            let size = q.get(id).map_or(0, |f| f.size);
             let stripped = q.drop_frame(
                 id,
                 sentinel,
@@ -514,7 +572,7 @@ impl Transfer {
                     Outcome::Discarded => stats.frames_unacknowledged += 1,
                     _ => {}
                 }
-                cc.on_drop(now, path);
+                cc.on_drop(now, size, path);
             }
         });
         self.stats.congestion_resets = self.cc.resets();
@@ -560,10 +618,15 @@ impl Transfer {
         self.ping.deadline(self.ping_period())
     }
 
+    /// When the pacer lets the next datagram go, while it holds back data ready to send.
+    pub(crate) fn pacing_deadline(&self) -> Option<Instant> {
+        self.pacing_wait
+    }
+
     /// The next time a timer of this layer fires.
     #[cfg(test)]
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        [self.loss_deadline(), self.ping_deadline()].into_iter().flatten().min()
+        [self.loss_deadline(), self.ping_deadline(), self.pacing_deadline()].into_iter().flatten().min()
     }
 
     /// A round-trip sample taken outside pings (the handshake's request and reply).
@@ -604,6 +667,10 @@ impl Transfer {
 
     pub(crate) fn ssthresh(&self) -> usize {
         self.cc.ssthresh()
+    }
+
+    pub(crate) fn congestion(&self) -> crate::stats::CongestionStats {
+        self.cc.stats()
     }
 
     pub(crate) fn flight(&self) -> usize {

@@ -100,7 +100,7 @@ impl Rtt {
         self.latest
     }
 
-    #[cfg(test)]
+    /// The host's smoothed step interval.
     pub(crate) fn step(&self) -> Duration {
         self.step
     }

@@ -80,6 +80,7 @@ fn figure_5_high_priority_first_and_the_window_limits_the_last_frame() {
     // leaves room for one more message.
     let mut c = cfg(900);
     c.initial_window = 900 + 500;
+    c.congestion = CongestionControl::Aimd; // the spec's window, unpaced
     let mut a = Transfer::new(c, 0, 0);
     let b = Transfer::new(cfg(900), 0, 0);
     for (id, prio) in
@@ -128,6 +129,7 @@ fn lost_unreliable_frames_are_discarded_or_become_sentinels() {
     let key = Key::connection(1, 2);
     let mut c = cfg(1200);
     c.sentinel_spacing = 4; // S = 4: ids with k mod 4 = 3 become sentinels
+    c.congestion = CongestionControl::Aimd; // unpaced: all four go at once
     let mut a = Transfer::new(c, 0, 0);
     let mut sent = 0;
     for i in 0..4 {

@@ -1,10 +1,6 @@
-//! Congestion control (spec §3.1.4, §3.1.5) behind a small interface.
-//!
-//! The transfer layer asks a [`Controller`] only for the window and tells it about
-//! acknowledged and dropped frames; a second controller (delay-based, say) can replace
-//! [`Aimd`] without touching the rest. All windows are in bytes.
-//!
-//! [`Aimd`] is the spec's scheme, loosely CCID 2 counted in bytes:
+//! The spec's controller (§3.1.4, §3.1.5): additive increase, multiplicative decrease,
+//! loosely CCID 2 counted in bytes. Selected with `CongestionControl::Aimd`; kept exactly
+//! as the spec writes it, unpaced.
 //!
 //! - slow start while `cwnd <= ssthresh`: `+MTU` per acknowledged frame, capped at
 //!   `W_max = B x RTT` (equations (8)-(10));
@@ -16,30 +12,13 @@
 //! - reset ((13)-(15)): when drops keep coming for `rho x RTO` with no acknowledgement in
 //!   between, `ssthresh = max(cwnd / 2, 2 MTU)` and `cwnd = MTU`, with rho = 8.
 
-use std::fmt::Debug;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use super::Path;
+use crate::stats::{CongestionMode, CongestionStats};
 
 /// rho, the reset interval in RTOs (spec §3.1.5).
 pub(crate) const RESET_RTOS: u32 = 8;
-
-/// What a congestion controller sees of the connection.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Path {
-    pub(crate) srtt: Duration,
-    pub(crate) rto: Duration,
-}
-
-/// A congestion controller: decides how many bytes may be in flight.
-pub(crate) trait Controller: Debug + Send {
-    /// The congestion window, in bytes.
-    fn window(&self) -> usize;
-    /// The slow start threshold, in bytes.
-    fn ssthresh(&self) -> usize;
-    /// A frame of `bytes` bytes was acknowledged.
-    fn on_ack(&mut self, now: Instant, bytes: usize, path: Path);
-    /// A frame was considered dropped.
-    fn on_drop(&mut self, now: Instant, path: Path);
-}
 
 /// The spec's additive-increase, multiplicative-decrease controller.
 #[derive(Clone, Debug)]
@@ -89,16 +68,22 @@ impl Aimd {
     }
 }
 
-impl Controller for Aimd {
-    fn window(&self) -> usize {
+impl Aimd {
+    pub(crate) fn window(&self) -> usize {
         self.cwnd
     }
 
-    fn ssthresh(&self) -> usize {
+    pub(crate) fn ssthresh(&self) -> usize {
         self.ssthresh
     }
 
-    fn on_ack(&mut self, _now: Instant, bytes: usize, path: Path) {
+    pub(crate) fn stats(&self) -> CongestionStats {
+        let mode = if self.cwnd <= self.ssthresh { CongestionMode::SlowStart } else { CongestionMode::Avoidance };
+        CongestionStats { mode, ..CongestionStats::default() }
+    }
+
+    /// A frame of `bytes` bytes was acknowledged.
+    pub(crate) fn on_frame_acked(&mut self, _now: Instant, bytes: usize, path: Path) {
         self.first_unacked_drop = None;
         let max = self.max_window(path);
         if self.cwnd <= self.ssthresh {
@@ -113,7 +98,8 @@ impl Controller for Aimd {
         }
     }
 
-    fn on_drop(&mut self, now: Instant, path: Path) {
+    /// A frame was considered dropped.
+    pub(crate) fn on_drop(&mut self, now: Instant, path: Path) {
         self.acked_in_window = 0;
         match self.first_unacked_drop {
             None => self.first_unacked_drop = Some(now),
@@ -140,6 +126,8 @@ impl Controller for Aimd {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     const MTU: usize = 1000;
@@ -155,7 +143,7 @@ mod tests {
         // B = 50 kB/s, RTT 100 ms: W_max = 5000 bytes.
         let mut c = Aimd::new(MTU, 2 * MTU, 50_000, usize::MAX);
         for expect in [3000, 4000, 5000, 5000] {
-            c.on_ack(t, 500, path());
+            c.on_frame_acked(t, 500, path());
             assert_eq!(c.window(), expect);
         }
     }
@@ -166,12 +154,12 @@ mod tests {
         let mut c = Aimd::new(MTU, 4 * MTU, 0, usize::MAX);
         c.on_drop(t, path()); // cwnd 2000, ssthresh 2000: still slow start (8)
         assert_eq!((c.window(), c.ssthresh()), (2000, 2000));
-        c.on_ack(t, 1000, path());
+        c.on_frame_acked(t, 1000, path());
         assert_eq!(c.window(), 3000); // now above ssthresh: avoidance
-        c.on_ack(t, 1000, path());
-        c.on_ack(t, 1000, path());
+        c.on_frame_acked(t, 1000, path());
+        c.on_frame_acked(t, 1000, path());
         assert_eq!(c.window(), 3000, "2000 of a 3000-byte window acknowledged");
-        c.on_ack(t, 1000, path());
+        c.on_frame_acked(t, 1000, path());
         assert_eq!(c.window(), 4000);
     }
 
@@ -204,7 +192,7 @@ mod tests {
         // An acknowledgement clears the reset clock.
         let mut d = Aimd::new(MTU, 16 * MTU, 0, usize::MAX);
         d.on_drop(t, path());
-        d.on_ack(t + 2000 * MS, 100, path());
+        d.on_frame_acked(t + 2000 * MS, 100, path());
         d.on_drop(t + 2400 * MS, path());
         assert_eq!(d.resets(), 0);
         assert!(d.window() >= 4000);
@@ -215,7 +203,7 @@ mod tests {
         let t = Instant::now();
         let mut c = Aimd::new(MTU, MTU, 0, 64 * MTU);
         for _ in 0..100 {
-            c.on_ack(t, MTU, path());
+            c.on_frame_acked(t, MTU, path());
         }
         assert_eq!(c.window(), 64 * MTU);
     }

@@ -1,0 +1,519 @@
+//! The model-based controller: the default, and a departure from the spec's AIMD
+//! (`docs/protocol.md`, Congestion control, gives the measurements that justify it).
+//!
+//! It keeps a model of the path, in the spirit of BBR: the *bottleneck bandwidth* (the
+//! highest delivery rate sampled over the last [`BW_ROUNDS`] round trips) and the *minimum
+//! round trip* (over the last [`MIN_RTT_WINDOW`]). Their product is the bandwidth-delay
+//! product (BDP): what the path holds without a queue. It paces sends at a gain over the
+//! bandwidth and caps the flight at twice the BDP, so it neither idles the path nor builds
+//! a standing queue; and it reads loss as congestion only when it comes with a queue.
+//!
+//! Modes:
+//!
+//! - **Startup**: pacing and window gain 2/ln 2, doubling the rate each round trip, until
+//!   the bandwidth stops growing by a quarter for three rounds (or loss with a queue says
+//!   the pipe is full);
+//! - **Drain**: pacing gain ln 2 / 2 until the flight is back to one BDP (the queue Startup
+//!   built is gone);
+//! - **ProbeBandwidth**: a cycle of eight phases of one minimum RTT each, pacing at 1.25
+//!   (probe for more), 0.75 (drain what the probe queued), then 1 six times;
+//! - **ProbeRtt**: when the minimum RTT has not been seen for 10 s, the flight drops to four
+//!   datagrams for 200 ms and a round trip, so a queue cannot hide the path's real RTT.
+//!
+//! Loss: per round trip, the share of bytes lost. A round that loses more than
+//! [`LOSS_THRESHOLD`] while its round trips ran more than a quarter above the minimum
+//! (a queue overflowing: congestion) caps the model's bandwidth at [`LOSS_BETA`] of its
+//! estimate: a bounded reduction, once per round, never a halving per drop. Random loss,
+//! which comes without a queue, leaves the model alone, as does loss above
+//! [`SEVERE_LOSS`] only if a queue shows (a policer or a collapse shows as a falling
+//! delivery rate, which the model follows anyway). The cap is lifted by an eighth per round
+//! without congestion. When nothing at all is acknowledged for two RTOs while frames keep
+//! being lost, the path is silent: the window falls to its minimum until an
+//! acknowledgement comes back, so a dead path does not get the full rate of resends.
+//!
+//! Bounds: the rate never exceeds the negotiated bandwidth B when one is set; the window
+//! never falls below [`MIN_WINDOW`] datagrams nor exceeds the transfer window. Samples come
+//! only from acknowledgements of frames this side sent (see `delivery.rs`); a peer that
+//! acknowledges what it never received is caught by the skipped frame ids before it can
+//! inflate the model far (`tests/hostile.rs`).
+
+use std::time::{Duration, Instant};
+
+use super::{AckEvent, Limits, Path};
+use crate::stats::{CongestionMode, CongestionStats};
+
+/// Startup's pacing and window gain: 2 / ln 2, the least that doubles the delivery rate
+/// every round trip.
+const STARTUP_GAIN: f64 = 2.885;
+/// Drain's pacing gain: the inverse of Startup's.
+const DRAIN_GAIN: f64 = 1.0 / STARTUP_GAIN;
+/// The window as a multiple of the BDP outside Startup.
+const WINDOW_GAIN: f64 = 2.0;
+/// ProbeBandwidth's pacing gains, one minimum RTT each.
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Round trips the bandwidth filter remembers.
+pub(crate) const BW_ROUNDS: usize = 10;
+/// How long a minimum RTT stays valid without being seen again.
+pub(crate) const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+/// How long ProbeRtt holds the flight down.
+const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
+/// The smallest window, in datagrams.
+pub(crate) const MIN_WINDOW: usize = 4;
+/// Startup ends when the bandwidth grew less than this factor...
+const FULL_BW_GROWTH: f64 = 1.25;
+/// ...for this many rounds.
+const FULL_BW_ROUNDS: u8 = 3;
+/// A round losing more than this share of its bytes, with a queue, is congested.
+pub(crate) const LOSS_THRESHOLD: f64 = 0.02;
+/// Round trips this far above the minimum mean a queue.
+pub(crate) const QUEUE_FACTOR: f64 = 1.25;
+/// The bandwidth cap after a congested round, as a share of the estimate.
+pub(crate) const LOSS_BETA: f64 = 0.85;
+/// A round losing more than this share is congested whatever its round trips.
+pub(crate) const SEVERE_LOSS: f64 = 0.5;
+/// The most random loss the pacing compensates for (at 50%, it sends twice what it wants
+/// delivered).
+pub(crate) const MAX_COMPENSATED_LOSS: f64 = 0.5;
+/// How fast the cap lifts per round without congestion.
+const CAP_GROWTH: f64 = 1.125;
+/// The shortest interval the model treats as a round trip when computing the BDP (a
+/// loopback or a simulation can measure zero; timers are no finer than this).
+const RTT_FLOOR: Duration = Duration::from_millis(1);
+
+/// The model-based controller of one connection.
+#[derive(Clone, Debug)]
+pub(crate) struct Model {
+    limits: Limits,
+    mode: CongestionMode,
+    /// The highest delivery rate of each of the last rounds, bytes per second.
+    bw_rounds: [u64; BW_ROUNDS],
+    min_rtt: Option<Duration>,
+    /// When `min_rtt` was last seen (or set).
+    min_rtt_at: Option<Instant>,
+    /// Round trips so far, and the delivered count that ends the current one.
+    round: u64,
+    round_ends_at: u64,
+    /// Startup's plateau detection.
+    full_bw: u64,
+    full_bw_rounds: u8,
+    /// The current ProbeBandwidth phase and when it began.
+    cycle: usize,
+    cycle_at: Option<Instant>,
+    /// ProbeRtt: when the flight first reached its floor, and the round that must end.
+    probe_rtt_done: Option<(Instant, u64)>,
+    /// The mode to return to after ProbeRtt.
+    before_probe_rtt: CongestionMode,
+    /// Bytes acknowledged and lost in the current round, and its highest RTT sample.
+    round_acked: u64,
+    round_lost: u64,
+    round_max_rtt: Duration,
+    /// The ceiling congested rounds put on the bandwidth, bytes per second (0: none).
+    loss_cap: u64,
+    /// The share of bytes lost in rounds without a queue (random loss), smoothed per
+    /// round. The delivery rate counts only what arrives, so on a path that loses this
+    /// share at random the sender must put out `1 / (1 - share)` times the rate it wants
+    /// delivered, or every probe would read as no faster than the last.
+    random_loss: f64,
+    /// The last time anything was acknowledged, and whether the path has been silent
+    /// since for two RTOs with frames being lost.
+    last_ack: Option<Instant>,
+    silent: bool,
+    resets: u64,
+    window: usize,
+    pacing_rate: u64,
+    srtt: Duration,
+}
+
+impl Model {
+    pub(crate) fn new(limits: Limits) -> Self {
+        let window = limits.initial_window.max(MIN_WINDOW * limits.mtu).min(limits.ceiling.max(limits.mtu));
+        let mut m = Self {
+            limits,
+            mode: CongestionMode::Startup,
+            bw_rounds: [0; BW_ROUNDS],
+            min_rtt: None,
+            min_rtt_at: None,
+            round: 0,
+            round_ends_at: 0,
+            full_bw: 0,
+            full_bw_rounds: 0,
+            cycle: 0,
+            cycle_at: None,
+            probe_rtt_done: None,
+            before_probe_rtt: CongestionMode::Startup,
+            round_acked: 0,
+            round_lost: 0,
+            round_max_rtt: Duration::ZERO,
+            loss_cap: 0,
+            random_loss: 0.0,
+            last_ack: None,
+            silent: false,
+            resets: 0,
+            window,
+            pacing_rate: 0,
+            srtt: super::super::rtt::INITIAL_RTT,
+        };
+        m.set_pacing_rate();
+        m
+    }
+
+    pub(crate) fn window(&self) -> usize {
+        if self.silent { MIN_WINDOW * self.limits.mtu } else { self.window }
+    }
+
+    pub(crate) fn pacing_rate(&self) -> u64 {
+        self.pacing_rate
+    }
+
+    pub(crate) fn resets(&self) -> u64 {
+        self.resets
+    }
+
+    pub(crate) fn stats(&self) -> CongestionStats {
+        CongestionStats {
+            mode: self.mode,
+            bandwidth: self.bandwidth(),
+            min_rtt: self.min_rtt.unwrap_or_default(),
+            pacing_rate: self.pacing_rate,
+        }
+    }
+
+    /// The bandwidth the model runs at: the filter's maximum, under the loss cap and the
+    /// negotiated limit.
+    fn bandwidth(&self) -> u64 {
+        let mut bw = self.bw_rounds.iter().copied().max().unwrap_or(0);
+        if self.loss_cap > 0 {
+            bw = bw.min(self.loss_cap);
+        }
+        if self.limits.bandwidth > 0 {
+            bw = bw.min(self.limits.bandwidth);
+        }
+        bw
+    }
+
+    /// Bandwidth times the minimum RTT (at least [`RTT_FLOOR`]), in bytes.
+    fn bdp(&self) -> usize {
+        let rtt = self.min_rtt.unwrap_or(self.srtt).max(RTT_FLOOR);
+        let bytes = u128::from(self.bandwidth()) * rtt.as_nanos() / 1_000_000_000;
+        bytes.min(usize::MAX as u128) as usize
+    }
+
+    fn pacing_gain(&self) -> f64 {
+        match self.mode {
+            CongestionMode::Startup => STARTUP_GAIN,
+            CongestionMode::Drain => DRAIN_GAIN,
+            CongestionMode::ProbeBandwidth => CYCLE.get(self.cycle).copied().unwrap_or(1.0),
+            _ => 1.0,
+        }
+    }
+
+    /// What the sender puts out per byte it wants delivered on this path.
+    fn loss_compensation(&self) -> f64 {
+        1.0 / (1.0 - self.random_loss.clamp(0.0, MAX_COMPENSATED_LOSS))
+    }
+
+    fn set_pacing_rate(&mut self) {
+        let bw = self.bandwidth();
+        let rate = if bw == 0 {
+            // No sample yet: the initial window over the RTT estimate, at Startup's gain.
+            let rtt = self.srtt.max(RTT_FLOOR);
+            (self.limits.initial_window as f64 / rtt.as_secs_f64()) * STARTUP_GAIN
+        } else {
+            bw as f64 * self.pacing_gain() * self.loss_compensation()
+        };
+        // Never slower than the minimum window per round trip: a sparse or lossy flow can
+        // sample a tiny delivery rate (a lone frame resent after seconds), and pacing at it
+        // would hold its next resend back for as long.
+        let floor = (MIN_WINDOW * self.limits.mtu) as f64 / self.srtt.max(RTT_FLOOR).as_secs_f64();
+        let rate = rate.max(floor);
+        let mut rate = if rate.is_finite() { rate.clamp(1.0, u64::MAX as f64) as u64 } else { u64::MAX };
+        if self.limits.bandwidth > 0 {
+            rate = rate.min(self.limits.bandwidth);
+        }
+        self.pacing_rate = rate.max(1);
+    }
+
+    fn set_window(&mut self, acked: usize) {
+        let floor = MIN_WINDOW * self.limits.mtu;
+        let ceiling = self.limits.ceiling.max(floor);
+        if self.mode == CongestionMode::ProbeRtt {
+            self.window = floor;
+            return;
+        }
+        if self.bandwidth() == 0 {
+            // No model yet: grow as slow start would.
+            self.window = self.window.saturating_add(acked).clamp(floor, ceiling);
+            return;
+        }
+        let gain = if self.mode == CongestionMode::Startup { STARTUP_GAIN } else { WINDOW_GAIN };
+        let target = self.bdp() as f64 * gain * self.loss_compensation();
+        let target = (target.min(usize::MAX as f64 / 2.0) as usize).saturating_add(3 * self.limits.mtu);
+        self.window = if self.mode == CongestionMode::Startup {
+            // Grow by what is acknowledged, up to the target: never cut in Startup.
+            self.window.max(self.window.saturating_add(acked).min(target))
+        } else {
+            self.window.saturating_add(acked).min(target)
+        };
+        self.window = self.window.clamp(floor, ceiling);
+    }
+
+    /// An acknowledgement acknowledged frames.
+    pub(crate) fn on_ack(&mut self, now: Instant, ack: &AckEvent, path: Path) {
+        self.srtt = path.srtt;
+        self.last_ack = Some(now);
+        if self.silent {
+            self.silent = false;
+        }
+        let round_start = ack.sample.is_some_and(|s| s.prior_delivered >= self.round_ends_at);
+        if round_start {
+            self.end_round();
+            self.round += 1;
+            self.round_ends_at = ack.delivered;
+            if let Some(slot) = self.bw_rounds.get_mut(self.round as usize % BW_ROUNDS) {
+                *slot = 0;
+            }
+        }
+        self.round_acked += ack.acked as u64;
+        if let Some(s) = ack.sample
+            && let Some(rate) = s.rate
+            && (!s.app_limited || rate >= self.bandwidth())
+            && let Some(slot) = self.bw_rounds.get_mut(self.round as usize % BW_ROUNDS)
+        {
+            *slot = (*slot).max(rate);
+        }
+        if let Some(rtt) = ack.rtt {
+            self.round_max_rtt = self.round_max_rtt.max(rtt);
+            let expired = self.min_rtt_at.is_none_or(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
+            if self.min_rtt.is_none_or(|m| rtt <= m) || (expired && self.mode != CongestionMode::ProbeRtt) {
+                if self.min_rtt.is_none_or(|m| rtt <= m) {
+                    self.min_rtt_at = Some(now);
+                }
+                self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| if expired { rtt } else { m.min(rtt) }));
+            }
+        }
+        if round_start && self.mode == CongestionMode::Startup {
+            self.check_full_pipe();
+        }
+        self.advance_mode(now, ack);
+        self.set_pacing_rate();
+        self.set_window(ack.acked);
+    }
+
+    /// A frame of `bytes` bytes was considered dropped.
+    pub(crate) fn on_drop(&mut self, now: Instant, bytes: usize, path: Path) {
+        self.srtt = path.srtt;
+        self.round_lost += bytes as u64;
+        let quiet = self.last_ack.is_none_or(|t| now.saturating_duration_since(t) >= 2 * path.rto);
+        if quiet && !self.silent {
+            self.silent = true;
+            self.resets += 1;
+        }
+    }
+
+    /// The round that just ended: was it congested?
+    fn end_round(&mut self) {
+        let (acked, lost) = (self.round_acked, self.round_lost);
+        let max_rtt = self.round_max_rtt;
+        self.round_acked = 0;
+        self.round_lost = 0;
+        self.round_max_rtt = Duration::ZERO;
+        let share = if lost == 0 { 0.0 } else { lost as f64 / (lost + acked) as f64 };
+        let queue = self.min_rtt.is_some_and(|m| max_rtt.as_secs_f64() > m.max(RTT_FLOOR).as_secs_f64() * QUEUE_FACTOR);
+        let congested = share > LOSS_THRESHOLD && (queue || share > SEVERE_LOSS);
+        if !queue && lost + acked > 0 {
+            self.random_loss = self.random_loss * 7.0 / 8.0 + share / 8.0;
+        }
+        if congested {
+            let estimate = self.bandwidth();
+            if estimate > 0 {
+                self.loss_cap = ((estimate as f64 * LOSS_BETA) as u64).max(1);
+            }
+            if self.mode == CongestionMode::Startup {
+                // The pipe is full: stop doubling.
+                self.full_bw_rounds = FULL_BW_ROUNDS;
+            }
+        } else if self.loss_cap > 0 {
+            let lifted = (self.loss_cap as f64 * CAP_GROWTH) as u64;
+            let filter = self.bw_rounds.iter().copied().max().unwrap_or(0);
+            self.loss_cap = if lifted >= filter { 0 } else { lifted.max(self.loss_cap + 1) };
+        }
+    }
+
+    /// Startup's exit test, once per round: has the bandwidth stopped growing?
+    fn check_full_pipe(&mut self) {
+        if self.full_bw_rounds >= FULL_BW_ROUNDS {
+            return;
+        }
+        let bw = self.bandwidth();
+        if bw as f64 >= self.full_bw as f64 * FULL_BW_GROWTH {
+            self.full_bw = bw;
+            self.full_bw_rounds = 0;
+        } else {
+            self.full_bw_rounds += 1;
+        }
+    }
+
+    fn advance_mode(&mut self, now: Instant, ack: &AckEvent) {
+        let bdp = self.bdp();
+        let min_rtt = self.min_rtt.unwrap_or(self.srtt);
+        match self.mode {
+            CongestionMode::Startup if self.full_bw_rounds >= FULL_BW_ROUNDS => self.mode = CongestionMode::Drain,
+            CongestionMode::Drain if ack.in_flight <= bdp => self.enter_probe_bandwidth(now),
+            CongestionMode::ProbeBandwidth => {
+                let gain = self.pacing_gain();
+                let full = self.cycle_at.is_none_or(|t| now.saturating_duration_since(t) > min_rtt);
+                let next = if gain > 1.0 {
+                    full && (self.round_lost > 0 || ack.in_flight as f64 >= gain * bdp as f64)
+                } else if gain < 1.0 {
+                    full || ack.in_flight <= bdp
+                } else {
+                    full
+                };
+                if next {
+                    self.cycle = (self.cycle + 1) % CYCLE.len();
+                    self.cycle_at = Some(now);
+                }
+            }
+            CongestionMode::ProbeRtt => {
+                let floor = MIN_WINDOW * self.limits.mtu;
+                match self.probe_rtt_done {
+                    None if ack.in_flight <= floor => {
+                        self.probe_rtt_done = Some((now + PROBE_RTT_TIME.max(min_rtt), self.round + 1));
+                    }
+                    Some((at, round)) if now >= at && self.round >= round => {
+                        self.min_rtt_at = Some(now);
+                        self.probe_rtt_done = None;
+                        match self.before_probe_rtt {
+                            CongestionMode::Startup => self.mode = CongestionMode::Startup,
+                            _ => self.enter_probe_bandwidth(now),
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        let stale = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
+        if stale && self.mode != CongestionMode::ProbeRtt {
+            self.before_probe_rtt = self.mode;
+            self.mode = CongestionMode::ProbeRtt;
+            self.probe_rtt_done = None;
+        }
+    }
+
+    fn enter_probe_bandwidth(&mut self, now: Instant) {
+        self.mode = CongestionMode::ProbeBandwidth;
+        // Start in a cruising phase chosen by the round count, so that flows which
+        // started apart do not probe in step.
+        self.cycle = 2 + (self.round as usize % (CYCLE.len() - 2));
+        self.cycle_at = Some(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transfer::delivery::RateSample;
+
+    const MS: Duration = Duration::from_millis(1);
+    const MTU: usize = 1200;
+
+    fn limits() -> Limits {
+        Limits { mtu: MTU, initial_window: 10 * MTU, bandwidth: 0, ceiling: 65_536 * MTU }
+    }
+
+    fn path() -> Path {
+        Path { srtt: 50 * MS, rto: 150 * MS }
+    }
+
+    /// Feeds the model a path of `rate` bytes per second and `rtt`, one acknowledgement
+    /// per round trip, for `rounds`, with `lost` of each round's bytes lost and the RTT
+    /// samples `rtt_seen`. Returns the model.
+    fn drive(m: &mut Model, t: &mut Instant, rate: u64, rtt: Duration, rounds: u32, lost: f64, rtt_seen: Duration) {
+        for _ in 0..rounds {
+            *t += rtt;
+            let acked = (rate as f64 * rtt.as_secs_f64()) as usize;
+            let lost_bytes = (acked as f64 * lost) as usize;
+            if lost_bytes > 0 {
+                m.on_drop(*t, lost_bytes, path());
+            }
+            let delivered = m.round_ends_at.saturating_add(acked as u64);
+            let sample = RateSample { rate: Some(rate), app_limited: false, prior_delivered: m.round_ends_at };
+            let ack = AckEvent { acked, sample: Some(sample), rtt: Some(rtt_seen), in_flight: acked, delivered };
+            m.on_ack(*t, &ack, path());
+        }
+    }
+
+    #[test]
+    fn startup_finds_the_bandwidth_and_the_flight_settles_near_the_bdp() {
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        assert_eq!(m.stats().mode, CongestionMode::Startup);
+        assert!(m.pacing_rate() > 0, "paced from the first datagram");
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        let s = m.stats();
+        assert_eq!(s.bandwidth, 10_000_000);
+        assert_eq!(s.min_rtt, 50 * MS);
+        assert_eq!(s.mode, CongestionMode::ProbeBandwidth, "plateau found, queue drained");
+        // BDP 500 kB; the window is twice that plus three datagrams, at most.
+        assert!(m.window() <= 2 * 500_000 + 3 * MTU, "{}", m.window());
+        assert!((7_500_000..=12_500_000).contains(&m.pacing_rate()), "{}", m.pacing_rate());
+    }
+
+    #[test]
+    fn random_loss_does_not_shrink_the_model_but_loss_with_a_queue_does_boundedly() {
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        // 20% loss, round trips at their minimum: random loss.
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 20, 0.2, 50 * MS);
+        assert_eq!(m.stats().bandwidth, 10_000_000, "random loss leaves the model alone");
+        // 5% loss with round trips doubled: a queue overflowing.
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.05, 100 * MS);
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.05, 100 * MS);
+        let bw = m.stats().bandwidth;
+        assert!((8_000_000..=8_600_000).contains(&bw), "one bounded reduction per round: {bw}");
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.05, 100 * MS);
+        assert!(m.stats().bandwidth >= bw * 8 / 10, "never more than 15% a round");
+        // Clean rounds lift the cap again.
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        assert_eq!(m.stats().bandwidth, 10_000_000);
+    }
+
+    #[test]
+    fn the_negotiated_bandwidth_caps_the_rate_and_arithmetic_saturates() {
+        let mut m = Model::new(Limits { bandwidth: 100_000, ..limits() });
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 12, 0.0, 50 * MS);
+        assert!(m.pacing_rate() <= 100_000);
+        // A zero RTT, a rate of zero and one near the maximum, an RTT of hours.
+        let mut z = Model::new(limits());
+        drive(&mut z, &mut t, 0, Duration::ZERO, 3, 0.0, Duration::ZERO);
+        drive(&mut z, &mut t, u64::MAX / 2, Duration::from_secs(3600 * 5), 3, 0.0, Duration::from_secs(3600 * 5));
+        assert!(z.window() >= MIN_WINDOW * MTU && z.window() <= 65_536 * MTU);
+        assert!(z.pacing_rate() >= 1);
+    }
+
+    #[test]
+    fn a_silent_path_gets_the_minimum_window_until_an_acknowledgement() {
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        let before = m.window();
+        m.on_drop(t + 400 * MS, 1200, path());
+        assert_eq!(m.window(), MIN_WINDOW * MTU);
+        assert_eq!(m.resets(), 1);
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.0, 50 * MS);
+        assert!(m.window() >= before / 2, "restored by an acknowledgement");
+    }
+
+    #[test]
+    fn a_stale_minimum_rtt_is_probed() {
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        // Eleven seconds of round trips above the minimum: ProbeRtt.
+        drive(&mut m, &mut t, 10_000_000, 60 * MS, 190, 0.0, 60 * MS);
+        assert!(m.stats().mode == CongestionMode::ProbeRtt || m.stats().min_rtt == 60 * MS, "{:?}", m.stats());
+    }
+}
