@@ -10,7 +10,7 @@
 //!
 //! Modes:
 //!
-//! - **Startup**: pacing and window gain 2/ln 2, doubling the rate each round trip, until
+//! - **Startup**: pacing gain 2/ln 2, doubling the rate each round trip, until
 //!   the bandwidth stops growing by a quarter for three rounds (or loss with a queue says
 //!   the pipe is full);
 //! - **Drain**: pacing gain ln 2 / 2 until the flight is back to one BDP (the queue Startup
@@ -47,7 +47,9 @@ use crate::stats::{CongestionMode, CongestionStats};
 const STARTUP_GAIN: f64 = 2.885;
 /// Drain's pacing gain: the inverse of Startup's.
 const DRAIN_GAIN: f64 = 1.0 / STARTUP_GAIN;
-/// The window as a multiple of the BDP outside Startup.
+/// The window as a multiple of the BDP, in every mode: Startup paces at 2/ln 2 but its
+/// flight stays within twice the BDP, so the queue its overshoot builds is at most one BDP
+/// (with 2/ln 2 it overflowed a one-BDP buffer by most of a BDP).
 const WINDOW_GAIN: f64 = 2.0;
 /// ProbeBandwidth's pacing gains, one minimum RTT each.
 const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
@@ -245,8 +247,7 @@ impl Model {
             self.window = self.window.saturating_add(acked).clamp(floor, ceiling);
             return;
         }
-        let gain = if self.mode == CongestionMode::Startup { STARTUP_GAIN } else { WINDOW_GAIN };
-        let target = self.bdp() as f64 * gain * self.loss_compensation();
+        let target = self.bdp() as f64 * WINDOW_GAIN * self.loss_compensation();
         let target = (target.min(usize::MAX as f64 / 2.0) as usize).saturating_add(3 * self.limits.mtu);
         self.window = if self.mode == CongestionMode::Startup {
             // Grow by what is acknowledged, up to the target: never cut in Startup.
