@@ -60,13 +60,36 @@ pub struct ChannelConfig {
     /// counting each message's payload and its place in a queue (about 64 bytes, so even
     /// empty packets are bounded). Beyond it reliable and passive sends fail with
     /// [`SendError::QueueFull`](crate::SendError::QueueFull) and older unreliable packets
-    /// are dropped.
+    /// are dropped. Default: 4 MiB.
     pub max_queued_bytes: usize,
+    /// The channel's share of its priority when several channels have data to send: each
+    /// turn of the round robin it may send `weight` datagrams' worth of bytes. 1 to 255;
+    /// default 1 (channels of one priority share equally, by bytes).
+    pub weight: u32,
+    /// How long an unreliable packet may wait in the send queue: one not sent by then is
+    /// dropped (counted in [`TransferStats::unreliable_expired`](crate::TransferStats)),
+    /// never sent late. Counted from the host's latest call that gave a time (its last
+    /// step or datagram). `None`: no deadline. Default: 100 ms (six ticks at 60 Hz: a
+    /// state update older than that is stale).
+    pub unreliable_deadline: Option<Duration>,
+    /// A newer unreliable packet replaces older ones still queued on this channel (for
+    /// state snapshots where only the latest matters). Counted in
+    /// [`PeerStats::unreliable_replaced`](crate::PeerStats). Default: false.
+    pub latest_only: bool,
 }
+
+/// The default deadline of unreliable packets (see [`ChannelConfig::unreliable_deadline`]).
+pub const DEFAULT_UNRELIABLE_DEADLINE: Duration = Duration::from_millis(100);
 
 impl Default for ChannelConfig {
     fn default() -> Self {
-        Self { priority: Priority::High, max_queued_bytes: 4 << 20 }
+        Self {
+            priority: Priority::High,
+            max_queued_bytes: 4 << 20,
+            weight: 1,
+            unreliable_deadline: Some(DEFAULT_UNRELIABLE_DEADLINE),
+            latest_only: false,
+        }
     }
 }
 
@@ -235,6 +258,18 @@ pub enum ConfigError {
     /// `ping_interval` is not shorter than `timeout`: an idle connection would time out
     /// between keepalives.
     PingInterval,
+    /// A channel's `weight` is outside 1..=255.
+    ChannelWeight {
+        /// The channel.
+        channel: usize,
+        /// Its weight.
+        weight: u32,
+    },
+    /// A channel's `unreliable_deadline` is zero: every unreliable packet would expire.
+    ChannelDeadline {
+        /// The channel.
+        channel: usize,
+    },
     /// A duration that must be positive is zero (names the field).
     ZeroDuration(&'static str),
     /// `initial_window` is 0.
@@ -259,6 +294,13 @@ impl core::fmt::Display for ConfigError {
                  raise it to at least {need} or lower max_packet_size"
             ),
             Self::PingInterval => f.write_str("ping_interval must be shorter than timeout"),
+            Self::ChannelWeight { channel, weight } => {
+                write!(f, "channel {channel} has weight {weight}; weights are 1 to 255")
+            }
+            Self::ChannelDeadline { channel } => write!(
+                f,
+                "channel {channel} has an unreliable_deadline of zero; use None for no deadline, or a positive duration"
+            ),
             Self::ZeroDuration(name) => write!(f, "{name} must be longer than zero"),
             Self::InitialWindow => f.write_str("initial_window must be at least 1 datagram"),
         }

@@ -431,7 +431,7 @@ impl Host {
     pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
         let index = self.peer_index(peer).ok_or(SendError::UnknownPeer)?;
         let p = self.slots.get_mut(index).and_then(|s| s.peer.as_deref_mut()).ok_or(SendError::UnknownPeer)?;
-        p.send(channel, data, mode)?;
+        p.send(channel, data, mode, self.last_now)?;
         self.mark_dirty(peer.index);
         Ok(())
     }

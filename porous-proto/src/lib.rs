@@ -44,7 +44,10 @@ mod stats;
 mod transfer;
 pub mod wire;
 
-pub use config::{ChannelConfig, ConfigError, CongestionControl, HostConfig, PeerConfig, Priority, SequenceStart};
+pub use config::{
+    ChannelConfig, ConfigError, CongestionControl, DEFAULT_UNRELIABLE_DEADLINE, HostConfig, PeerConfig, Priority,
+    SequenceStart,
+};
 pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit};
 pub use host::Host;
 pub use stats::{CongestionMode, CongestionStats, HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};

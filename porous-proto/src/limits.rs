@@ -55,6 +55,14 @@ impl PeerConfig {
                 need,
             });
         }
+        for (i, c) in self.channels.iter().enumerate() {
+            if !(1..=255).contains(&c.weight) {
+                return Err(ConfigError::ChannelWeight { channel: i, weight: c.weight });
+            }
+            if c.unreliable_deadline.is_some_and(|d| d.is_zero()) {
+                return Err(ConfigError::ChannelDeadline { channel: i });
+            }
+        }
         for (name, d) in [
             ("timeout", self.timeout),
             ("connect_timeout", self.connect_timeout),
@@ -161,6 +169,12 @@ mod tests {
         c.peer.channels[1].max_queued_bytes = 2000;
         assert_eq!(c.validate(), Ok(()));
         assert_eq!(bad(|c| c.peer.ping_interval = c.peer.timeout), ConfigError::PingInterval);
+        assert_eq!(bad(|c| c.peer.channels[3].weight = 0), ConfigError::ChannelWeight { channel: 3, weight: 0 });
+        assert_eq!(bad(|c| c.peer.channels[1].weight = 256), ConfigError::ChannelWeight { channel: 1, weight: 256 });
+        assert_eq!(
+            bad(|c| c.peer.channels[0].unreliable_deadline = Some(Duration::ZERO)),
+            ConfigError::ChannelDeadline { channel: 0 }
+        );
         assert_eq!(bad(|c| c.peer.timeout = Duration::ZERO), ConfigError::ZeroDuration("timeout"));
         assert_eq!(bad(|c| c.peer.initial_window = 0), ConfigError::InitialWindow);
         assert!(bad(|c| c.peer.mtu = 5).to_string().contains("128..=65507"));

@@ -34,6 +34,9 @@ pub struct TransferStats {
     pub unreliable_stripped: u64,
     /// Unreliable messages dropped from a full send queue before being sent.
     pub unreliable_dropped: u64,
+    /// Unreliable messages dropped unsent because their channel's deadline passed (see
+    /// [`ChannelConfig::unreliable_deadline`](crate::ChannelConfig::unreliable_deadline)).
+    pub unreliable_expired: u64,
     /// Congestion window resets (spec equations (13)-(15)).
     pub congestion_resets: u64,
     /// Frames given up without an acknowledgement: unreliable frames considered lost and
@@ -133,6 +136,9 @@ pub struct PeerStats {
     pub packets_received: u64,
     /// Unreliable packets this side dropped because a channel's send queue was full.
     pub unreliable_dropped: u64,
+    /// Unreliable packets this side replaced, unsent, with newer ones on channels with
+    /// [`ChannelConfig::latest_only`](crate::ChannelConfig::latest_only).
+    pub unreliable_replaced: u64,
     /// Frames held back (not acknowledged) because the reassembly budget was full.
     pub frames_refused: u64,
     /// Messages the peer should not have sent (inconsistent or oversized fragments,

@@ -22,7 +22,13 @@ fn payload(channel: usize, i: usize, len: usize) -> Bytes {
 
 #[test]
 fn connect_exchange_all_modes_on_several_channels_and_disconnect_after_delivering_everything() {
-    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    // Everything is queued at once, more than the first round trips carry: without
+    // deadlines, so that no unreliable packet expires on the way.
+    let mut config = HostConfig::default();
+    for c in &mut config.peer.channels {
+        c.unreliable_deadline = None;
+    }
+    let mut p = Pair::new(config.clone(), config);
     let (pa, pb) = p.establish();
     assert_eq!(p.a.peer_stats(pa).map(|s| s.state), Some(PeerState::Connected));
     let modes = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive];

@@ -29,6 +29,8 @@ mod admission;
 pub(crate) mod recv;
 pub(crate) mod send;
 
+use std::time::Instant;
+
 use bytes::Bytes;
 
 use crate::config::{ChannelConfig, Priority};
@@ -38,7 +40,7 @@ use crate::transfer::{IdPolicy, OutMessage, Transfer};
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 pub(crate) use admission::{Budget, ENTRY_OVERHEAD, FrameAdmission, MAX_DISPLACED};
 pub(crate) use recv::{ChannelReceiver, ENTRY_SIZE};
-pub(crate) use send::{ChannelSender, WindowAck, packet_cost};
+pub(crate) use send::{ChannelSender, Packet, WindowAck, packet_cost};
 
 /// The channel window constants, parameters so tests can use the spec's small figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +65,8 @@ pub(crate) trait MessageSink {
     /// Drops queued unsent unreliable packets of `channel`, oldest first, to free `need`
     /// bytes; returns the bytes freed.
     fn drop_unreliable(&mut self, channel: u8, need: usize) -> usize;
+    /// Unreliable packets of `channel` queued and not yet sent.
+    fn queued_unreliable(&self, channel: u8) -> usize;
 }
 
 impl MessageSink for Transfer {
@@ -76,6 +80,10 @@ impl MessageSink for Transfer {
 
     fn drop_unreliable(&mut self, channel: u8, need: usize) -> usize {
         Self::drop_unreliable(self, channel, need)
+    }
+
+    fn queued_unreliable(&self, channel: u8) -> usize {
+        Self::queued_unreliable(self, channel)
     }
 }
 
@@ -96,6 +104,15 @@ pub(crate) struct Channel {
     pub(crate) index: u8,
     pub(crate) send: ChannelSender,
     pub(crate) recv: ChannelReceiver,
+}
+
+/// What sending a packet cost other unreliable packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Sent {
+    /// Dropped for want of queue space (the new packet included, if it was).
+    pub(crate) dropped: usize,
+    /// Replaced, unsent, by the new packet on a "latest only" channel.
+    pub(crate) replaced: usize,
 }
 
 /// Why a channel did not take a packet.
@@ -126,23 +143,26 @@ impl Channel {
     /// Sends a packet within the channel's queue limit of `cap` bytes. Reliable and passive
     /// data that does not fit is refused; unreliable data makes room by dropping older
     /// unreliable packets, and is itself dropped when that is not enough. Returns how many
-    /// unreliable packets were dropped (the new one included). A packet larger than the
-    /// limit itself is refused in every mode: no waiting would let it in.
-    pub(crate) fn send(
-        &mut self,
-        data: Bytes,
-        mode: SendMode,
-        cap: usize,
-        sink: &mut impl MessageSink,
-    ) -> Result<usize, Refused> {
-        let cost = self.send.cost(data.len());
+    /// unreliable packets were dropped (the new one included) and, on a "latest only"
+    /// channel, replaced. A packet larger than the limit itself is refused in every mode: no
+    /// waiting would let it in.
+    pub(crate) fn send(&mut self, packet: Packet, cap: usize, sink: &mut impl MessageSink) -> Result<Sent, Refused> {
+        let cost = self.send.cost(packet.data.len());
         if cost > cap {
             return Err(Refused::NeverFits { max: largest_fitting(cap, self.send.fragment_size()) });
+        }
+        let mut sent = Sent::default();
+        if packet.mode == SendMode::Unreliable && self.send.latest_only() {
+            // The newest state replaces what is still queued of the older.
+            let before = sink.queued_unreliable(self.index);
+            sink.drop_unreliable(self.index, usize::MAX);
+            let (_, waiting) = self.send.drop_waiting_unreliable(usize::MAX);
+            sent.replaced = before + waiting;
         }
         let over = (self.held(sink) + cost).saturating_sub(cap);
         let mut dropped = 0;
         if over > 0 {
-            if mode != SendMode::Unreliable {
+            if packet.mode != SendMode::Unreliable {
                 return Err(Refused::QueueFull);
             }
             // Oldest first: what already waits in the transfer queues, then the packets
@@ -154,11 +174,13 @@ impl Channel {
                 dropped += packets;
             }
             if freed < over {
-                return Ok(dropped + 1);
+                sent.dropped = dropped + 1;
+                return Ok(sent);
             }
         }
-        self.send.send(data, mode, sink);
-        Ok(dropped)
+        self.send.send(packet, sink);
+        sent.dropped = dropped;
+        Ok(sent)
     }
 }
 
@@ -169,6 +191,8 @@ pub(crate) struct ChannelCounters {
     pub(crate) packets_received: u64,
     /// Unreliable packets dropped on the sending side for want of queue space.
     pub(crate) unreliable_dropped: u64,
+    /// Unreliable packets replaced, unsent, by newer ones on "latest only" channels.
+    pub(crate) unreliable_replaced: u64,
     /// Frames held back (not acknowledged) because the reassembly budget was full.
     pub(crate) frames_refused: u64,
     /// Messages the peer should not have sent.
@@ -205,7 +229,8 @@ impl Channels {
             .enumerate()
             .map(|(i, c)| Channel {
                 index: i as u8,
-                send: ChannelSender::new(i as u8, c.priority, params, fragment, send_base),
+                send: ChannelSender::new(i as u8, c.priority, params, fragment, send_base)
+                    .with_unreliable_policy(c.unreliable_deadline, c.latest_only),
                 recv: ChannelReceiver::new(params, fragment, recv_max_packet, recv_base),
             })
             .collect();
@@ -218,12 +243,14 @@ impl Channels {
         }
     }
 
-    /// Queues a packet on `channel`, its messages going to `sink`.
+    /// Queues a packet on `channel`, sent at `now` (the host's latest time, which an
+    /// unreliable packet's deadline counts from), its messages going to `sink`.
     pub(crate) fn send(
         &mut self,
         channel: usize,
         data: Bytes,
         mode: SendMode,
+        now: Option<Instant>,
         sink: &mut impl MessageSink,
     ) -> Result<(), SendError> {
         let channels = self.channels.len();
@@ -234,10 +261,12 @@ impl Channels {
         if size > self.send_max_packet {
             return Err(SendError::TooLarge { size, max: self.send_max_packet });
         }
-        match ch.send(data, mode, cap, sink) {
-            Ok(dropped) => {
+        let packet = ch.send.packet(data, mode, now);
+        match ch.send(packet, cap, sink) {
+            Ok(sent) => {
                 self.counters.packets_sent += 1;
-                self.counters.unreliable_dropped += dropped as u64;
+                self.counters.unreliable_dropped += sent.dropped as u64;
+                self.counters.unreliable_replaced += sent.replaced as u64;
                 Ok(())
             }
             Err(Refused::QueueFull) => Err(SendError::QueueFull { channel }),
@@ -320,6 +349,7 @@ impl Channels {
                     dependency: 0,
                     fragment: Fragment::WHOLE,
                     payload: Bytes::new(),
+                    expires: None,
                 };
                 sink.enqueue(ch.send.priority(), message);
             }

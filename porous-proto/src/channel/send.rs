@@ -12,6 +12,7 @@
 //! All messages go to the transfer layer at the channel's priority, in order.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -27,6 +28,15 @@ use crate::wire::{Fragment, MessageKind, SendMode};
 /// window space.
 pub(crate) fn packet_cost(len: usize, fragment_size: usize) -> usize {
     len + len.div_ceil(fragment_size).max(1) * MESSAGE_OVERHEAD
+}
+
+/// A packet the application sent, not yet cut into messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Packet {
+    pub(crate) data: Bytes,
+    pub(crate) mode: SendMode,
+    /// An unreliable packet not sent by then is dropped.
+    pub(crate) expires: Option<Instant>,
 }
 
 /// What a window acknowledgement did.
@@ -52,7 +62,11 @@ pub(crate) struct ChannelSender {
     base: u32,
     last_reliable: Option<u32>,
     /// Packets waiting for window space, not yet numbered.
-    waiting: VecDeque<(Bytes, SendMode)>,
+    waiting: VecDeque<Packet>,
+    /// How long an unreliable packet may wait to be sent (`None`: as long as it takes).
+    deadline: Option<Duration>,
+    /// A newer unreliable packet replaces older ones still queued.
+    latest_only: bool,
     waiting_bytes: usize,
 }
 
@@ -73,8 +87,32 @@ impl ChannelSender {
             base: first_id,
             last_reliable: None,
             waiting: VecDeque::new(),
+            deadline: None,
+            latest_only: false,
             waiting_bytes: 0,
         }
+    }
+
+    /// Sets the channel's policy for unreliable data: its deadline, and whether a newer
+    /// packet replaces older ones still queued.
+    pub(crate) fn with_unreliable_policy(mut self, deadline: Option<Duration>, latest_only: bool) -> Self {
+        self.deadline = deadline;
+        self.latest_only = latest_only;
+        self
+    }
+
+    /// Whether a newer unreliable packet replaces older ones still queued.
+    pub(crate) fn latest_only(&self) -> bool {
+        self.latest_only
+    }
+
+    /// The packet `data`, sent in `mode` at `now`, with its deadline if it has one.
+    pub(crate) fn packet(&self, data: Bytes, mode: SendMode, now: Option<Instant>) -> Packet {
+        let expires = match (mode, self.deadline, now) {
+            (SendMode::Unreliable, Some(d), Some(now)) => now.checked_add(d),
+            _ => None,
+        };
+        Packet { data, mode, expires }
     }
 
     /// Number of fragments a packet of `len` bytes is sent as.
@@ -102,16 +140,16 @@ impl ChannelSender {
     }
 
     /// Sends a packet now, or keeps it until the window opens.
-    pub(crate) fn send(&mut self, data: Bytes, mode: SendMode, sink: &mut impl MessageSink) {
+    pub(crate) fn send(&mut self, packet: Packet, sink: &mut impl MessageSink) {
         if self.waiting.is_empty() && self.window_open() {
-            self.emit(data, mode, sink);
+            self.emit(packet, sink);
         } else {
-            self.waiting_bytes += self.cost(data.len());
-            self.waiting.push_back((data, mode));
+            self.waiting_bytes += self.cost(packet.data.len());
+            self.waiting.push_back(packet);
         }
     }
 
-    fn emit(&mut self, data: Bytes, mode: SendMode, sink: &mut impl MessageSink) {
+    fn emit(&mut self, Packet { data, mode, expires }: Packet, sink: &mut impl MessageSink) {
         let s = SeqSpace::PACKET;
         let id = self.next;
         self.next = s.add(id, 1);
@@ -130,6 +168,7 @@ impl ChannelSender {
             dependency,
             fragment,
             payload,
+            expires,
         };
         if count == 1 {
             // The caller's buffer itself: no slice, no reference count to touch.
@@ -152,6 +191,7 @@ impl ChannelSender {
                     dependency,
                     fragment: Fragment::WHOLE,
                     payload: Bytes::new(),
+                    expires: None,
                 },
             );
         }
@@ -173,9 +213,9 @@ impl ChannelSender {
         }
         self.base = s.add(m, 1);
         while self.window_open() {
-            let Some((data, mode)) = self.waiting.pop_front() else { break };
-            self.waiting_bytes -= self.cost(data.len());
-            self.emit(data, mode, sink);
+            let Some(packet) = self.waiting.pop_front() else { break };
+            self.waiting_bytes -= self.cost(packet.data.len());
+            self.emit(packet, sink);
         }
         WindowAck::Moved
     }
@@ -192,7 +232,7 @@ impl ChannelSender {
 
     /// Bytes this half holds: its waiting list and the packets in it.
     pub(crate) fn memory(&self) -> usize {
-        self.waiting.capacity() * size_of::<(Bytes, SendMode)>() + self.waiting_bytes
+        self.waiting.capacity() * size_of::<Packet>() + self.waiting_bytes
     }
 
     /// What the packets waiting for window space cost (see [`ChannelSender::cost`]).
@@ -205,9 +245,9 @@ impl ChannelSender {
     pub(crate) fn drop_waiting_unreliable(&mut self, need: usize) -> (usize, usize) {
         let (mut freed, mut packets) = (0, 0);
         let fragment_size = self.fragment_size;
-        self.waiting.retain(|(data, mode)| {
-            if freed < need && *mode == SendMode::Unreliable {
-                freed += packet_cost(data.len(), fragment_size);
+        self.waiting.retain(|p| {
+            if freed < need && p.mode == SendMode::Unreliable {
+                freed += packet_cost(p.data.len(), fragment_size);
                 packets += 1;
                 false
             } else {

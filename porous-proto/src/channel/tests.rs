@@ -35,6 +35,17 @@ impl MessageSink for Capture {
         });
         freed
     }
+
+    fn queued_unreliable(&self, channel: u8) -> usize {
+        let mut ids: Vec<u32> = self
+            .0
+            .iter()
+            .filter(|m| m.channel == channel && m.kind == MessageKind::Fragment(SendMode::Unreliable))
+            .map(|m| m.id)
+            .collect();
+        ids.dedup();
+        ids.len()
+    }
 }
 
 const SMALL: ChannelParams = ChannelParams { window: 4, ack_spacing: 2 };
@@ -57,6 +68,11 @@ fn seq_of(b: &Bytes) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
+/// A packet without a deadline.
+fn pk(data: Bytes, mode: SendMode) -> Packet {
+    Packet { data, mode, expires: None }
+}
+
 fn give(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) {
     r.on_message(&m.as_wire(), m.payload.clone(), budget, false).expect("a valid message"); // ok: test
 }
@@ -73,7 +89,7 @@ fn drain(r: &mut ChannelReceiver, budget: &mut Budget) -> Vec<u32> {
 
 fn send(s: &mut ChannelSender, mode: SendMode, seq: u32) -> Vec<OutMessage> {
     let mut c = Capture::default();
-    s.send(packet(seq, 8), mode, &mut c);
+    s.send(pk(packet(seq, 8), mode), &mut c);
     c.0
 }
 
@@ -93,7 +109,7 @@ fn figure_10_dependencies_are_distances_to_the_previous_reliable_packet() {
     let mut deps = Vec::new();
     let mut sink = Capture::default();
     for (i, &mode) in modes.iter().enumerate() {
-        s.send(packet(i as u32, 8), mode, &mut sink);
+        s.send(pk(packet(i as u32, 8), mode), &mut sink);
         // Keep the window open: acknowledge every spaced id as soon as it is sent.
         if SeqSpace::PACKET.is_spaced(i as u32, 2) {
             s.on_window_ack(i as u32, &mut sink);
@@ -205,7 +221,7 @@ fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
     let mut budget = Budget::new(usize::MAX);
     let mut c = Capture::default();
     let data = packet(7, 95);
-    s.send(data.clone(), SendMode::Reliable, &mut c);
+    s.send(pk(data.clone(), SendMode::Reliable), &mut c);
     assert_eq!(c.0.len(), 10);
     for m in c.0.iter().rev() {
         give(&mut r, &mut budget, m);
@@ -279,9 +295,9 @@ fn eviction_drops_only_unreliable_data() {
     let mut budget = Budget::new(usize::MAX);
     let r0 = send(&mut s, SendMode::Reliable, 0); // withheld: the channel stalls
     let mut c = Capture::default();
-    s.send(packet(1, 25), SendMode::Unreliable, &mut c); // 3 fragments, one withheld
-    s.send(packet(2, 25), SendMode::Passive, &mut c); // 3 fragments, one withheld
-    s.send(packet(3, 8), SendMode::Reliable, &mut c);
+    s.send(pk(packet(1, 25), SendMode::Unreliable), &mut c); // 3 fragments, one withheld
+    s.send(pk(packet(2, 25), SendMode::Passive), &mut c); // 3 fragments, one withheld
+    s.send(pk(packet(3, 8), SendMode::Reliable), &mut c);
     for m in c.0.iter().filter(|m| m.fragment.index != 2) {
         give(&mut r, &mut budget, m);
     }
@@ -314,18 +330,18 @@ fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     let cost = |len| len + MESSAGE_OVERHEAD;
     let cap = 2 * cost(40) + 10;
     // u0 and r1 fit; r2 does not.
-    assert_eq!(ch.send(packet(0, 40), SendMode::Unreliable, cap, &mut sink), Ok(0));
-    assert_eq!(ch.send(packet(1, 40), SendMode::Reliable, cap, &mut sink), Ok(0));
-    assert_eq!(ch.send(packet(2, 40), SendMode::Reliable, cap, &mut sink), Err(Refused::QueueFull));
-    assert_eq!(ch.send(packet(2, 40), SendMode::Passive, cap, &mut sink), Err(Refused::QueueFull));
+    assert_eq!(ch.send(pk(packet(0, 40), SendMode::Unreliable), cap, &mut sink), Ok(Sent::default()));
+    assert_eq!(ch.send(pk(packet(1, 40), SendMode::Reliable), cap, &mut sink), Ok(Sent::default()));
+    assert_eq!(ch.send(pk(packet(2, 40), SendMode::Reliable), cap, &mut sink), Err(Refused::QueueFull));
+    assert_eq!(ch.send(pk(packet(2, 40), SendMode::Passive), cap, &mut sink), Err(Refused::QueueFull));
     // An unreliable packet pushes the oldest unreliable one out.
-    assert_eq!(ch.send(packet(3, 40), SendMode::Unreliable, cap, &mut sink), Ok(0));
+    assert_eq!(ch.send(pk(packet(3, 40), SendMode::Unreliable), cap, &mut sink), Ok(Sent::default()));
     assert_eq!(ch.held(&sink), 2 * cost(40));
     let ids: Vec<u32> = sink.0.iter().map(|m| seq_of(&m.payload)).collect();
     assert_eq!(ids, [1, 3]);
     // When only reliable data is left, the new unreliable packet itself is dropped.
-    assert_eq!(ch.send(packet(4, 60), SendMode::Reliable, cap, &mut sink), Err(Refused::QueueFull));
-    assert_eq!(ch.send(packet(5, 70), SendMode::Unreliable, cap, &mut sink), Ok(1));
+    assert_eq!(ch.send(pk(packet(4, 60), SendMode::Reliable), cap, &mut sink), Err(Refused::QueueFull));
+    assert_eq!(ch.send(pk(packet(5, 70), SendMode::Unreliable), cap, &mut sink), Ok(Sent { dropped: 1, replaced: 0 }));
     assert_eq!(ch.held(&sink), cost(40));
     // A packet larger than the whole limit is refused in every mode, whatever is queued,
     // with the largest size that could ever go: not a full queue to wait out.
@@ -333,7 +349,7 @@ fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     let max = 100;
     assert!(ch.send.cost(max) <= cap && ch.send.cost(max + 1) > cap);
     for mode in [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive] {
-        assert_eq!(ch.send(packet(6, max + 1), mode, cap, &mut sink), Err(Refused::NeverFits { max }));
+        assert_eq!(ch.send(pk(packet(6, max + 1), mode), cap, &mut sink), Err(Refused::NeverFits { max }));
     }
     assert_eq!(ch.held(&sink), cost(40), "nothing was dropped for it");
     // Several fragments: each costs its queue slot.
@@ -435,7 +451,7 @@ fn run(sc: &Scenario) -> Result<(), String> {
                     _ => SendMode::Passive,
                 };
                 modes.push(mode);
-                s.send(packet(sent, 4 + rng.below(60) as usize), mode, &mut sink);
+                s.send(pk(packet(sent, 4 + rng.below(60) as usize), mode), &mut sink);
                 sent += 1;
             }
         } else if round > 0 {

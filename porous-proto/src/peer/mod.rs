@@ -424,9 +424,16 @@ impl Peer {
 
     // ---- application calls ---------------------------------------------------------
 
-    pub(crate) fn send(&mut self, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+    /// Queues a packet; `now` is the host's latest time (see `Channels::send`).
+    pub(crate) fn send(
+        &mut self,
+        channel: usize,
+        data: Bytes,
+        mode: SendMode,
+        now: Option<Instant>,
+    ) -> Result<(), SendError> {
         match (&mut self.session, self.state) {
-            (Some(s), PeerState::Connected) => s.send(channel, data, mode),
+            (Some(s), PeerState::Connected) => s.send(channel, data, mode, now),
             _ => Err(SendError::NotConnected),
         }
     }
@@ -614,6 +621,7 @@ impl Peer {
             packets_sent: c.packets_sent,
             packets_received: c.packets_received,
             unreliable_dropped: c.unreliable_dropped,
+            unreliable_replaced: c.unreliable_replaced,
             frames_refused: c.frames_refused,
             protocol_violations: c.violations,
             malformed: self.malformed,

@@ -101,6 +101,7 @@ impl Session {
         tc.ping_interval = cfg.ping_interval;
         tc.span_limit = settings.span_limit;
         tc.congestion = cfg.congestion;
+        tc.weights = cfg.channels.iter().map(|c| c.weight).collect();
         let channels = Channels::new(
             &cfg.channels,
             crate::wire::fragment_payload(params.mtu),
@@ -117,9 +118,15 @@ impl Session {
         }
     }
 
-    /// Queues a packet on `channel`.
-    pub(crate) fn send(&mut self, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
-        self.channels.send(channel, data, mode, &mut self.transfer)
+    /// Queues a packet on `channel` at `now` (see `Channels::send`).
+    pub(crate) fn send(
+        &mut self,
+        channel: usize,
+        data: Bytes,
+        mode: SendMode,
+        now: Option<Instant>,
+    ) -> Result<(), SendError> {
+        self.channels.send(channel, data, mode, now, &mut self.transfer)
     }
 
     fn windows(&self) -> ReceiveWindows<'_> {

@@ -91,6 +91,8 @@ pub(crate) struct TransferConfig {
     pub(crate) span_limit: usize,
     /// The congestion controller.
     pub(crate) congestion: CongestionControl,
+    /// Each channel's share of its priority, in round robin turns.
+    pub(crate) weights: Vec<u32>,
 }
 
 impl TransferConfig {
@@ -106,6 +108,7 @@ impl TransferConfig {
             skip_seed: 0,
             span_limit: crate::seq::FRAME_WINDOW as usize,
             congestion: CongestionControl::default(),
+            weights: vec![1; channels],
         }
     }
 }
@@ -161,7 +164,7 @@ impl Transfer {
             delivery: Delivery::default(),
             pacer: Pacer::default(),
             pacing_wait: None,
-            queues: SendQueues::default(),
+            queues: SendQueues::new(&cfg.weights),
             inflight: InFlight::new(local_base),
             receiver: Receiver::new(remote_base, cfg.frame_window),
             rtt: Rtt::new(INITIAL_RTT),
@@ -191,6 +194,11 @@ impl Transfer {
     /// Bytes `channel` holds in the send queues and in flight.
     pub(crate) fn queued_bytes(&self, channel: u8) -> usize {
         self.queued.get(usize::from(channel)).copied().unwrap_or(0)
+    }
+
+    /// Unreliable packets of `channel` queued and not yet sent.
+    pub(crate) fn queued_unreliable(&self, channel: u8) -> usize {
+        self.queues.queued_unreliable(channel)
     }
 
     /// Drops queued unreliable packets of `channel`, oldest first, to free `need` bytes.
@@ -406,7 +414,12 @@ impl Transfer {
         let first = self.inflight.store_end();
         let mut run = RunContext::default();
         let (mut used, mut explicit, mut count, mut reliable, mut last_length) = (0, 0, 0, false, 0);
-        while let Some((priority, m)) = self.queues.front() {
+        let (queued, stats) = (&mut self.queued, &mut self.stats);
+        let mut expire = |m: &OutMessage| {
+            release(queued, m);
+            stats.unreliable_expired += 1;
+        };
+        while let Some(m) = self.queues.front(now, &mut expire) {
             let w = m.as_wire();
             let len = run.encoded_len(&w, ids.short_id(m.channel, m.id), false);
             let exp = if m.is_reliable() { RunContext::explicit_len(&w) } else { 0 };
@@ -419,7 +432,7 @@ impl Transfer {
             count += 1;
             reliable |= m.is_reliable();
             last_length = RunContext::length_field_len(&w);
-            if let Some(m) = self.queues.pop(priority) {
+            if let Some(m) = self.queues.pop() {
                 self.inflight.store_message(m);
             }
         }

@@ -1,15 +1,27 @@
-//! The two priority send queues (spec §3.1, Figure 5).
+//! The send queues (spec §3.1, Figure 5), with fair sharing between channels.
 //!
-//! Messages wait here until frame assembly takes them from the front: the high queue
-//! first, the low queue only when the high one is empty, each in FIFO order. A queue never
-//! reorders its messages, and a channel sends all its messages at one priority, so a
-//! channel's messages leave in the order it queued them.
+//! Messages wait here until frame assembly takes them: every high priority message before
+//! any low priority one (the spec's two queues). Within a priority each channel has its own
+//! FIFO lane, so a channel's messages leave in the order it queued them, and the lanes
+//! share by bytes, deficit round robin: each turn a lane may send its weight times a
+//! datagram's worth, so a channel of large fragmented packets delays a channel of small
+//! ones by about one datagram, not by a whole packet. Ahead of that round, a lane whose
+//! next message is unreliable goes first: time-critical data does not wait behind bulk
+//! reliable data of the same priority (it still waits for the congestion window and the
+//! pacer, like everything).
 //!
-//! Unreliable data may be dropped from a queue before it is ever sent (when its channel
-//! runs out of queue space); dropping leaves a tombstone that assembly skips, so dropping is
-//! O(1) per message and never shifts the queue.
+//! An unreliable message carries its deadline: one still queued when it passes is dropped
+//! and counted, never sent late. Unreliable data may also be dropped before it is ever sent
+//! when its channel runs out of queue space, or is replaced by a newer message on a
+//! "latest only" channel.
+//!
+//! Invariants: `live` is the number of queued messages; a lane is in its level's `active`
+//! list exactly when it holds messages; `selected` names the lane [`SendQueues::front`]
+//! last returned the head of, until [`SendQueues::pop`] takes it or anything else changes
+//! the queues.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -26,6 +38,8 @@ pub(crate) struct OutMessage {
     pub(crate) dependency: u32,
     pub(crate) fragment: Fragment,
     pub(crate) payload: Bytes,
+    /// An unreliable message not sent by then is dropped.
+    pub(crate) expires: Option<Instant>,
 }
 
 impl OutMessage {
@@ -61,16 +75,92 @@ impl OutMessage {
 /// What a queued message costs besides its payload (see [`OutMessage::cost`]).
 pub(crate) const MESSAGE_OVERHEAD: usize = size_of::<Option<OutMessage>>();
 
-/// The high and low priority send queues.
-#[derive(Debug, Default)]
-pub(crate) struct SendQueues {
-    high: VecDeque<Option<OutMessage>>,
-    low: VecDeque<Option<OutMessage>>,
-    live: usize,
+/// A lane's turn in the round robin, per unit of weight, in bytes: about a datagram.
+pub(crate) const QUANTUM: usize = 1200;
+
+impl OutMessage {
+    /// Whether an unreliable message's deadline has passed at `now`.
+    fn expired(&self, now: Instant) -> bool {
+        self.expires.is_some_and(|t| now > t)
+    }
+
+    /// What the round robin charges a lane for this message: its payload and a header.
+    fn turn_cost(&self) -> usize {
+        self.payload.len() + 8
+    }
+
+    fn is_unreliable_data(&self) -> bool {
+        self.kind == MessageKind::Fragment(SendMode::Unreliable)
+    }
 }
 
+/// One channel's messages at one priority.
+#[derive(Debug, Default)]
+struct Lane {
+    queue: VecDeque<OutMessage>,
+    /// Bytes the lane may still send this turn.
+    deficit: usize,
+    weight: usize,
+}
+
+/// The lanes of one priority.
+#[derive(Debug, Default)]
+struct Level {
+    lanes: Vec<Lane>,
+    /// Lanes with messages, in round robin order.
+    active: VecDeque<u8>,
+}
+
+impl Level {
+    /// Queues `m` in its channel's lane, making the lane if it is the channel's first.
+    fn push(&mut self, m: OutMessage) {
+        let channel = m.channel;
+        let i = usize::from(channel);
+        if self.lanes.len() <= i {
+            self.lanes.resize_with(i + 1, || Lane { weight: 1, ..Lane::default() });
+        }
+        if let Some(lane) = self.lanes.get_mut(i) {
+            lane.queue.push_back(m);
+            if lane.queue.len() == 1 {
+                self.active.push_back(channel);
+            }
+        }
+    }
+
+    fn deactivate(&mut self, channel: u8) {
+        if let Some(lane) = self.lanes.get_mut(usize::from(channel)) {
+            lane.deficit = 0;
+        }
+        if let Some(pos) = self.active.iter().position(|&c| c == channel) {
+            self.active.remove(pos);
+        }
+    }
+}
+
+/// The send queues of one connection.
+#[derive(Debug, Default)]
+pub(crate) struct SendQueues {
+    high: Level,
+    low: Level,
+    live: usize,
+    /// The lane whose head [`SendQueues::front`] returned: its level and channel.
+    selected: Option<(Priority, u8)>,
+}
+
+/// The levels in the order they are served.
+const LEVELS: [Priority; 2] = [Priority::High, Priority::Low];
+
 impl SendQueues {
-    fn queue(&mut self, priority: Priority) -> &mut VecDeque<Option<OutMessage>> {
+    /// Queues with the round robin weights of the channels (1 for any not given).
+    pub(crate) fn new(weights: &[u32]) -> Self {
+        let mut q = Self::default();
+        for level in [&mut q.high, &mut q.low] {
+            level.lanes = weights.iter().map(|&w| Lane { weight: w.max(1) as usize, ..Lane::default() }).collect();
+        }
+        q
+    }
+
+    fn level(&mut self, priority: Priority) -> &mut Level {
         match priority {
             Priority::High => &mut self.high,
             Priority::Low => &mut self.low,
@@ -78,13 +168,21 @@ impl SendQueues {
     }
 
     pub(crate) fn push(&mut self, priority: Priority, m: OutMessage) {
-        self.queue(priority).push_back(Some(m));
+        self.level(priority).push(m);
         self.live += 1;
+        self.selected = None;
     }
 
     /// Bytes of the queues' own storage (payloads are counted by their channels).
     pub(crate) fn memory(&self) -> usize {
-        (self.high.capacity() + self.low.capacity()) * size_of::<Option<OutMessage>>()
+        [&self.high, &self.low]
+            .iter()
+            .map(|l| {
+                l.active.capacity()
+                    + l.lanes.capacity() * size_of::<Lane>()
+                    + l.lanes.iter().map(|lane| lane.queue.capacity() * size_of::<OutMessage>()).sum::<usize>()
+            })
+            .sum()
     }
 
     /// Number of messages waiting.
@@ -97,32 +195,80 @@ impl SendQueues {
         self.live == 0
     }
 
-    fn trim(&mut self, priority: Priority) {
-        let q = self.queue(priority);
-        while q.front().is_some_and(Option::is_none) {
-            q.pop_front();
+    /// Drops the expired unreliable messages at the head of `channel`'s lane.
+    fn expire_head(&mut self, level: Priority, channel: u8, now: Instant, expired: &mut impl FnMut(&OutMessage)) {
+        let mut gone = 0;
+        let lvl = self.level(level);
+        let Some(lane) = lvl.lanes.get_mut(usize::from(channel)) else { return };
+        while lane.queue.front().is_some_and(|m| m.is_unreliable_data() && m.expired(now)) {
+            if let Some(m) = lane.queue.pop_front() {
+                expired(&m);
+                gone += 1;
+            }
         }
+        if lane.queue.is_empty() {
+            lvl.deactivate(channel);
+        }
+        self.live -= gone;
     }
 
-    /// The next message assembly would take, if any, and its priority.
-    pub(crate) fn front(&mut self) -> Option<(Priority, &OutMessage)> {
-        self.trim(Priority::High);
-        self.trim(Priority::Low);
-        match (self.high.front(), self.low.front()) {
-            (Some(Some(m)), _) => Some((Priority::High, m)),
-            (_, Some(Some(m))) => Some((Priority::Low, m)),
-            _ => None,
+    /// The next message assembly would take at `now`, dropping the expired unreliable
+    /// messages it meets on the way (each given to `expired`). [`SendQueues::pop`] takes
+    /// it.
+    pub(crate) fn front(&mut self, now: Instant, mut expired: impl FnMut(&OutMessage)) -> Option<&OutMessage> {
+        self.selected = None;
+        for level in LEVELS {
+            // Heads that expired go first, so what is chosen below is sendable.
+            let channels: smallvec::SmallVec<[u8; 8]> = self.level(level).active.iter().copied().collect();
+            for &c in &channels {
+                self.expire_head(level, c, now, &mut expired);
+            }
+            let lvl = self.level(level);
+            if lvl.active.is_empty() {
+                continue;
+            }
+            // Time-critical first: a lane whose next message is unreliable.
+            let urgent = lvl.active.iter().copied().find(|&c| {
+                lvl.lanes.get(usize::from(c)).and_then(|l| l.queue.front()).is_some_and(OutMessage::is_unreliable_data)
+            });
+            let channel = match urgent {
+                Some(c) => c,
+                None => loop {
+                    // Deficit round robin: the lane at the front sends while its turn lasts.
+                    let c = *lvl.active.front()?;
+                    let Some(lane) = lvl.lanes.get_mut(usize::from(c)) else {
+                        lvl.active.pop_front();
+                        continue;
+                    };
+                    let cost = lane.queue.front().map_or(0, OutMessage::turn_cost);
+                    if lane.deficit >= cost {
+                        break c;
+                    }
+                    lane.deficit += lane.weight * QUANTUM;
+                    lvl.active.rotate_left(1);
+                },
+            };
+            self.selected = Some((level, channel));
+            return self.level(level).lanes.get(usize::from(channel)).and_then(|l| l.queue.front());
         }
+        None
     }
 
-    /// Takes the front message of `priority`.
-    pub(crate) fn pop(&mut self, priority: Priority) -> Option<OutMessage> {
-        self.trim(priority);
-        let m = self.queue(priority).pop_front().flatten();
-        if m.is_some() {
-            self.live -= 1;
+    /// Takes the message [`SendQueues::front`] returned.
+    pub(crate) fn pop(&mut self) -> Option<OutMessage> {
+        let (level, channel) = self.selected.take()?;
+        let lvl = self.level(level);
+        let lane = lvl.lanes.get_mut(usize::from(channel))?;
+        let m = lane.queue.pop_front()?;
+        lane.deficit = lane.deficit.saturating_sub(m.turn_cost());
+        if lane.queue.is_empty() {
+            lvl.deactivate(channel);
+        } else if lane.deficit == 0 && lvl.active.front() == Some(&channel) {
+            // The turn is over: the next lane's.
+            lvl.active.rotate_left(1);
         }
-        m
+        self.live -= 1;
+        Some(m)
     }
 
     /// Drops queued unreliable packets of `channel`, oldest first, until at least `need`
@@ -132,34 +278,61 @@ impl SendQueues {
     pub(crate) fn drop_unreliable(&mut self, channel: u8, need: usize, mut dropped: impl FnMut(&OutMessage)) -> usize {
         let mut freed = 0;
         let mut victim: Option<u32> = None;
-        for q in [&mut self.high, &mut self.low] {
-            for slot in q.iter_mut() {
-                let Some(m) = slot else { continue };
-                if m.channel != channel || m.kind != MessageKind::Fragment(SendMode::Unreliable) {
-                    continue;
+        let mut removed = 0;
+        for lvl in [&mut self.high, &mut self.low] {
+            let Some(lane) = lvl.lanes.get_mut(usize::from(channel)) else { continue };
+            lane.queue.retain(|m| {
+                if !m.is_unreliable_data() {
+                    return true;
                 }
                 match victim {
                     Some(id) if id == m.id => {}
-                    _ if freed >= need => continue,
+                    _ if freed >= need => return true,
                     _ => victim = Some(m.id),
                 }
                 freed += m.cost();
                 dropped(m);
-                *slot = None;
-                self.live -= 1;
+                removed += 1;
+                false
+            });
+            if lane.queue.is_empty() {
+                lvl.deactivate(channel);
             }
         }
+        self.live -= removed;
+        self.selected = None;
         freed
+    }
+
+    /// Unreliable packets of `channel` queued (counted once however many fragments).
+    pub(crate) fn queued_unreliable(&self, channel: u8) -> usize {
+        let mut count = 0;
+        for lvl in [&self.high, &self.low] {
+            let Some(lane) = lvl.lanes.get(usize::from(channel)) else { continue };
+            let mut last = None;
+            for m in lane.queue.iter().filter(|m| m.is_unreliable_data()) {
+                if last != Some(m.id) {
+                    count += 1;
+                    last = Some(m.id);
+                }
+            }
+        }
+        count
     }
 
     /// Removes every queued message, calling `f` with each.
     pub(crate) fn clear(&mut self, mut f: impl FnMut(&OutMessage)) {
-        for q in [&mut self.high, &mut self.low] {
-            for m in q.drain(..).flatten() {
-                f(&m);
+        for lvl in [&mut self.high, &mut self.low] {
+            for lane in &mut lvl.lanes {
+                for m in lane.queue.drain(..) {
+                    f(&m);
+                }
+                lane.deficit = 0;
             }
+            lvl.active.clear();
         }
         self.live = 0;
+        self.selected = None;
     }
 }
 
@@ -177,7 +350,16 @@ pub(crate) mod tests {
             dependency: 0,
             fragment: Fragment::WHOLE,
             payload: Bytes::from(vec![id as u8; len]),
+            expires: None,
         }
+    }
+
+    fn drain(q: &mut SendQueues, now: Instant) -> Vec<(u8, u32)> {
+        std::iter::from_fn(|| {
+            q.front(now, |_| {})?;
+            q.pop().map(|m| (m.channel, m.id))
+        })
+        .collect()
     }
 
     #[test]
@@ -187,13 +369,70 @@ pub(crate) mod tests {
         q.push(Priority::High, msg(0, 0, SendMode::Reliable, 1));
         q.push(Priority::Low, msg(1, 1, SendMode::Reliable, 1));
         q.push(Priority::High, msg(0, 1, SendMode::Reliable, 1));
-        let mut order = Vec::new();
-        while let Some((p, m)) = q.front() {
-            let key = (m.channel, m.id);
-            q.pop(p);
-            order.push(key);
+        assert_eq!(drain(&mut q, Instant::now()), [(0, 0), (0, 1), (1, 0), (1, 1)]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn channels_of_one_priority_share_by_bytes() {
+        // Channel 0 queues ten 1,100-byte fragments, channel 1 small messages: each turn
+        // is about a datagram, so the small ones interleave one per big fragment.
+        let mut q = SendQueues::new(&[1, 1]);
+        for i in 0..10 {
+            q.push(Priority::High, msg(0, i, SendMode::Reliable, 1100));
         }
-        assert_eq!(order, [(0, 0), (0, 1), (1, 0), (1, 1)]);
+        for i in 0..5 {
+            q.push(Priority::High, msg(1, 100 + i, SendMode::Reliable, 30));
+        }
+        let order = drain(&mut q, Instant::now());
+        let first_small = order.iter().position(|&(c, _)| c == 1).unwrap();
+        assert!(first_small <= 1, "a small message waits at most one big one: {order:?}");
+        let last_small = order.iter().rposition(|&(c, _)| c == 1).unwrap();
+        assert!(last_small <= 6, "{order:?}");
+        // Per channel, order is kept.
+        let big: Vec<u32> = order.iter().filter(|o| o.0 == 0).map(|o| o.1).collect();
+        assert_eq!(big, (0..10).collect::<Vec<_>>());
+        // A weight of 3 gives a channel three turns' worth.
+        let mut w = SendQueues::new(&[3, 1]);
+        for i in 0..12 {
+            w.push(Priority::High, msg(0, i, SendMode::Reliable, 1100));
+            w.push(Priority::High, msg(1, 100 + i, SendMode::Reliable, 1100));
+        }
+        let order = drain(&mut w, Instant::now());
+        let heavy = order.iter().take(12).filter(|o| o.0 == 0).count();
+        assert!((8..=10).contains(&heavy), "weight 3 to 1: {heavy} of the first 12");
+    }
+
+    #[test]
+    fn unreliable_goes_first_and_never_late() {
+        let t = Instant::now();
+        let ms = std::time::Duration::from_millis(1);
+        let mut q = SendQueues::new(&[1, 1]);
+        for i in 0..4 {
+            q.push(Priority::High, msg(0, i, SendMode::Reliable, 1100));
+        }
+        let mut fresh = msg(1, 50, SendMode::Unreliable, 100);
+        fresh.expires = Some(t + 10 * ms);
+        let mut stale = msg(1, 49, SendMode::Unreliable, 100);
+        stale.expires = Some(t + ms);
+        q.push(Priority::High, stale);
+        q.push(Priority::High, fresh);
+        let mut expired = Vec::new();
+        assert_eq!(q.front(t + 2 * ms, |m| expired.push(m.id)).map(|m| m.id), Some(50));
+        assert_eq!(expired, [49], "expired before it could go: dropped, never sent");
+        assert_eq!(q.pop().map(|m| m.id), Some(50), "ahead of the reliable bulk");
+        assert_eq!(q.len(), 4);
+        // Expired in the middle of a lane: dropped when it reaches the head.
+        let mut late = msg(0, 9, SendMode::Unreliable, 10);
+        late.expires = Some(t);
+        q.push(Priority::High, late);
+        let mut dropped = 0;
+        let order: Vec<u32> = std::iter::from_fn(|| {
+            q.front(t + 5 * ms, |_| dropped += 1)?;
+            q.pop().map(|m| m.id)
+        })
+        .collect();
+        assert_eq!((order, dropped), (vec![0, 1, 2, 3], 1));
         assert!(q.is_empty());
     }
 
@@ -216,9 +455,8 @@ pub(crate) mod tests {
         assert_eq!(freed, 2 * (10 + MESSAGE_OVERHEAD));
         assert_eq!(seen, [(5, 0), (5, 1)]);
         assert_eq!(q.len(), 4);
-        let rest: Vec<_> = std::iter::from_fn(|| q.front().map(|(p, _)| p).and_then(|p| q.pop(p)))
-            .map(|m| (m.channel, m.id))
-            .collect();
-        assert_eq!(rest, [(3, 6), (4, 7), (3, 8), (3, 8)]);
+        // Unreliable heads go first (channel 4's packet, then channel 3's once it is at the
+        // head); each channel's order is kept.
+        assert_eq!(drain(&mut q, Instant::now()), [(4, 7), (3, 6), (3, 8), (3, 8)]);
     }
 }
