@@ -76,6 +76,12 @@ pub struct ChannelConfig {
     /// state snapshots where only the latest matters). Counted in
     /// [`PeerStats::unreliable_replaced`](crate::PeerStats). Default: false.
     pub latest_only: bool,
+    /// Small reliable and passive packets (up to 256 bytes, whole) get one repair copy in
+    /// the spare room of a later datagram that goes out anyway, or in a tail-loss probe
+    /// when none does within half an RTT: a lost datagram then costs them one send interval
+    /// instead of a resend timeout. Copies count in flight and are at most a quarter of the
+    /// bytes sent; the receiver drops whichever arrives second. Default: true.
+    pub repair: bool,
 }
 
 /// The default deadline of unreliable packets (see [`ChannelConfig::unreliable_deadline`]).
@@ -89,6 +95,7 @@ impl Default for ChannelConfig {
             weight: 1,
             unreliable_deadline: Some(DEFAULT_UNRELIABLE_DEADLINE),
             latest_only: false,
+            repair: true,
         }
     }
 }

@@ -37,6 +37,11 @@ pub struct TransferStats {
     /// Unreliable messages dropped unsent because their channel's deadline passed (see
     /// [`ChannelConfig::unreliable_deadline`](crate::ChannelConfig::unreliable_deadline)).
     pub unreliable_expired: u64,
+    /// Repair copies of small reliable messages sent in spare datagram room (see
+    /// [`ChannelConfig::repair`](crate::ChannelConfig::repair)).
+    pub repair_copies: u64,
+    /// Tail-loss probes: datagrams sent only to carry repair copies.
+    pub probes: u64,
     /// Congestion window resets (spec equations (13)-(15)).
     pub congestion_resets: u64,
     /// Frames given up without an acknowledgement: unreliable frames considered lost and

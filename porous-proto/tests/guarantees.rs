@@ -366,8 +366,14 @@ fn a_lost_reliable_packet_stalls_only_its_own_channel() {
     for seed in 0..20 {
         let (a, b) = (addr(1), addr(2));
         let mut net = Network::new(seed);
-        net.add_host(a, config(false)).unwrap();
-        net.add_host(b, config(false)).unwrap();
+        // Without repair copies, which would end the stall a datagram later: the stall
+        // must last for its isolation to show.
+        let mut cfg = config(false);
+        for c in &mut cfg.peer.channels {
+            c.repair = false;
+        }
+        net.add_host(a, cfg.clone()).unwrap();
+        net.add_host(b, cfg).unwrap();
         net.set_link_both(a, b, LinkConditions::perfect(25 * MS));
         let (pa, _) = connect(&mut net, a, b, 5 * SEC).unwrap();
         net.run_for(SEC, |_| {}); // pings settle the RTT

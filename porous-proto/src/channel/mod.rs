@@ -36,7 +36,7 @@ use bytes::Bytes;
 use crate::config::{ChannelConfig, Priority};
 use crate::event::SendError;
 use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
-use crate::transfer::{IdPolicy, OutMessage, Transfer};
+use crate::transfer::{IdPolicy, OutMessage, Tag, Transfer};
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 pub(crate) use admission::{Budget, ENTRY_OVERHEAD, FrameAdmission, MAX_DISPLACED};
 pub(crate) use recv::{ChannelReceiver, ENTRY_SIZE};
@@ -349,7 +349,7 @@ impl Channels {
                     dependency: 0,
                     fragment: Fragment::WHOLE,
                     payload: Bytes::new(),
-                    expires: None,
+                    tag: Tag::Plain,
                 };
                 sink.enqueue(ch.send.priority(), message);
             }

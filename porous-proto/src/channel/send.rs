@@ -20,7 +20,7 @@ use super::{ChannelParams, MessageSink};
 use crate::config::Priority;
 use crate::seq::SeqSpace;
 pub(crate) use crate::transfer::MESSAGE_OVERHEAD;
-use crate::transfer::OutMessage;
+use crate::transfer::{OutMessage, Tag};
 use crate::wire::{Fragment, MessageKind, SendMode};
 
 /// What a packet of `len` bytes costs against its channel's queue limit once it is split
@@ -168,7 +168,7 @@ impl ChannelSender {
             dependency,
             fragment,
             payload,
-            expires,
+            tag: expires.map_or(Tag::Plain, Tag::Expires),
         };
         if count == 1 {
             // The caller's buffer itself: no slice, no reference count to touch.
@@ -191,7 +191,7 @@ impl ChannelSender {
                     dependency,
                     fragment: Fragment::WHOLE,
                     payload: Bytes::new(),
-                    expires: None,
+                    tag: Tag::Plain,
                 },
             );
         }

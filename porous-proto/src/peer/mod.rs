@@ -574,6 +574,7 @@ impl Peer {
                     t.set(Timer::Loss, s.transfer.loss_deadline());
                     t.set(Timer::Ping, s.transfer.ping_deadline());
                     t.set(Timer::Pacing, s.transfer.pacing_deadline());
+                    t.set(Timer::Probe, s.transfer.probe_deadline());
                 }
                 let close = match self.closing {
                     Some(Closing::Flushing(deadline)) => Some(deadline),

@@ -102,6 +102,7 @@ impl Session {
         tc.span_limit = settings.span_limit;
         tc.congestion = cfg.congestion;
         tc.weights = cfg.channels.iter().map(|c| c.weight).collect();
+        tc.repair = cfg.channels.iter().map(|c| c.repair).collect();
         let channels = Channels::new(
             &cfg.channels,
             crate::wire::fragment_payload(params.mtu),

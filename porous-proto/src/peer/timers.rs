@@ -25,12 +25,14 @@ pub(crate) enum Timer {
     Ping,
     /// The pacer lets the next datagram go.
     Pacing,
+    /// A tail-loss probe: repair copies go out if nothing else has carried them.
+    Probe,
     /// The peer is a zombie: delete it now.
     Delete,
 }
 
 impl Timer {
-    const COUNT: usize = 8;
+    const COUNT: usize = 9;
 
     const fn index(self) -> usize {
         self as usize

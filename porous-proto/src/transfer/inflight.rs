@@ -186,6 +186,13 @@ impl InFlight {
         self.store.push_back(Some(m));
     }
 
+    /// The message at absolute store index `at`, if it is still held (not acknowledged,
+    /// stripped or popped).
+    pub(crate) fn message_at(&self, at: u64) -> Option<&OutMessage> {
+        let i = usize::try_from(at.checked_sub(self.store_base)?).ok()?;
+        self.store.get(i)?.as_ref()
+    }
+
     /// Absolute store index the next stored message gets.
     pub(crate) fn store_end(&self) -> u64 {
         self.store_base + self.store.len() as u64
@@ -333,7 +340,24 @@ impl InFlight {
         if self.largest_acked_serial.is_none_or(|l| acked_serial > l) {
             self.largest_acked_serial = Some(acked_serial);
         }
-        self.release(msgs, |_| true, &mut release);
+        // A repair copy delivered its original too: release it, so that the original's
+        // frame is not resent for it (a frame left with no reliable message is discarded
+        // when it is found lost).
+        let mut originals: smallvec::SmallVec<[u64; 4]> = smallvec::SmallVec::new();
+        self.release(msgs, |_| true, &mut |m: &OutMessage| {
+            if let super::queues::Tag::CopyOf(at) = m.tag {
+                originals.push(at);
+            }
+            release(m);
+        });
+        for at in originals {
+            if at >= self.store_base {
+                let i = (at - self.store_base) as usize;
+                if let Some(m) = self.store.get_mut(i).and_then(Option::take) {
+                    release(&m);
+                }
+            }
+        }
         Some(Outcome::Acked { size, sent_once, delivery, sent_at })
     }
 
@@ -421,6 +445,9 @@ impl InFlight {
             (f.reliable, f.msgs.clone(), f.size)
         };
         self.release(msgs.clone(), |m| !m.is_reliable(), &mut release);
+        // A frame whose reliable messages were all delivered by repair copies has nothing
+        // left to resend.
+        let reliable = reliable && self.messages(&msgs).next().is_some();
         let outcome = if reliable || sentinel {
             let size = size_of(self, &msgs);
             self.flight = self.flight - old + size;

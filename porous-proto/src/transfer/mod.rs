@@ -49,7 +49,7 @@ use inflight::{InFlight, Outcome};
 use pacing::Pacer;
 use ping::Ping;
 use queues::SendQueues;
-pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage};
+pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage, Tag};
 use rtt::{INITIAL_RTT, Rtt};
 
 /// Bytes of a frame besides its messages, as counted in the flight size: type byte, the
@@ -93,6 +93,8 @@ pub(crate) struct TransferConfig {
     pub(crate) congestion: CongestionControl,
     /// Each channel's share of its priority, in round robin turns.
     pub(crate) weights: Vec<u32>,
+    /// Whether each channel's small reliable messages get repair copies.
+    pub(crate) repair: Vec<bool>,
 }
 
 impl TransferConfig {
@@ -109,6 +111,7 @@ impl TransferConfig {
             span_limit: crate::seq::FRAME_WINDOW as usize,
             congestion: CongestionControl::default(),
             weights: vec![1; channels],
+            repair: vec![true; channels],
         }
     }
 }
@@ -136,7 +139,20 @@ pub(crate) struct Transfer {
     /// The latest ids skipped, newest last. The in-flight record forgets a skipped id
     /// once it reaches the front, but a liar may acknowledge it later still.
     skipped: VecDeque<u32>,
+    /// Repair candidates: small reliable messages sent and not yet copied, oldest first,
+    /// with their store index and send time.
+    repair: VecDeque<(u64, Instant)>,
+    /// Bytes of repair copies sent so far (bounded by a share of all bytes sent).
+    repair_bytes: u64,
+    /// When a tail-loss probe goes out if no datagram has carried the candidates' copies.
+    probe_at: Option<Instant>,
 }
+
+/// The largest message repair copies: small reliable messages are what a lost datagram
+/// delays most, relative to their size.
+pub(crate) const REPAIR_MAX: usize = 256;
+/// At most this share of the bytes sent are repair copies.
+const REPAIR_SHARE: u64 = 4;
 
 /// How many skipped ids [`Transfer`] remembers: at one skip in 128 frames, the last
 /// ~4,000 frames, far more than any acknowledgement range spans and far less than the
@@ -173,6 +189,9 @@ impl Transfer {
             stats: TransferStats::default(),
             skip: cfg.skip_seed,
             skipped: VecDeque::new(),
+            repair: VecDeque::new(),
+            repair_bytes: 0,
+            probe_at: None,
             cfg,
         }
     }
@@ -259,8 +278,10 @@ impl Transfer {
         }
     }
 
-    fn can_open_frame(&self) -> bool {
-        !self.queues.is_empty()
+    /// Whether a new frame may open now: something waits (queued data, or a tail-loss
+    /// probe), and the transfer window, the record's span and the congestion window allow.
+    fn can_open_frame(&self, now: Instant) -> bool {
+        (!self.queues.is_empty() || self.probe_due(now))
             && self.inflight.window_open(self.cfg.frame_window)
             && self.inflight.span() < self.cfg.span_limit
             && self.cc.window() > self.inflight.flight() + FRAME_BASE
@@ -299,16 +320,16 @@ impl Transfer {
         let resend = self.inflight.first_resendable(cwnd).map(|f| (f.id, f.msgs.clone()));
         let paced_out = rate.is_some() && !self.pacer.allows();
         if paced_out {
-            if let (Some(rate), true) = (rate, resend.is_some() || self.can_open_frame()) {
+            if let (Some(rate), true) = (rate, resend.is_some() || self.can_open_frame(now)) {
                 self.pacing_wait = Some(self.pacer.ready_at(now, rate));
             }
         } else if let Some((id, range)) = resend {
             msgs_len = self.messages_len(&range, ids);
             plan = Plan::Resend(id);
-        } else if self.can_open_frame() {
+        } else if self.can_open_frame(now) {
             let room = mtu - FRAME_OVERHEAD_MAX;
             let budget = room.saturating_sub(if acks_due { ack_len } else { 0 });
-            let budget = budget.min(cwnd - self.inflight.flight() - FRAME_BASE);
+            let budget = budget.min(self.cc.window().saturating_sub(self.inflight.flight() + FRAME_BASE));
             if let Some((id, len)) = self.assemble(now, ids, budget, room) {
                 msgs_len = len;
                 plan = Plan::New(id);
@@ -345,10 +366,17 @@ impl Transfer {
         };
         let acks = ranges.get(..ranges_sent).unwrap_or_default();
         if frame.is_none() && !acks_due && !ping_due && echo.is_none() {
-            if self.pacing_wait.is_none() && self.queues.is_empty() && !self.inflight.has_lost() {
-                // Nothing held back: what is sampled until this flight is delivered says
-                // the path is at least that fast, not that it is no faster.
-                self.delivery.on_app_limited(self.inflight.flight());
+            if self.pacing_wait.is_none() {
+                if self.queues.is_empty() && !self.inflight.has_lost() {
+                    // Nothing held back: what is sampled until this flight is delivered
+                    // says the path is at least that fast, not that it is no faster.
+                    self.delivery.on_app_limited(self.inflight.flight());
+                }
+                if self.probe_due(now) {
+                    // The probe could not go (the window is full, or copies are at their
+                    // share): the candidates wait for a datagram that goes anyway.
+                    self.probe_at = None;
+                }
             }
             return None;
         }
@@ -436,6 +464,34 @@ impl Transfer {
                 self.inflight.store_message(m);
             }
         }
+        // Spare room carries repair copies of small reliable messages sent earlier and not
+        // yet acknowledged: if their datagram was lost, the copy delivers them a datagram
+        // later instead of an RTO later.
+        let own = self.inflight.store_end();
+        while let Some(&(at, sent)) = self.repair.front() {
+            let Some(original) = self.inflight.message_at(at) else {
+                self.repair.pop_front();
+                continue;
+            };
+            if sent >= now {
+                break; // sent in this very step: a copy beside it repairs no burst.
+            }
+            let copy = original.copy_at(at);
+            let w = copy.as_wire();
+            let len = run.encoded_len(&w, ids.short_id(copy.channel, copy.id), false);
+            let share = (self.stats.bytes_sent + len as u64) / REPAIR_SHARE;
+            if used + len > budget || self.repair_bytes + len as u64 > share {
+                break;
+            }
+            run.observe(&w);
+            used += len;
+            count += 1;
+            last_length = RunContext::length_field_len(&w);
+            self.repair_bytes += len as u64;
+            self.stats.repair_copies += 1;
+            self.repair.pop_front();
+            self.inflight.store_message(copy);
+        }
         if count == 0 {
             return None;
         }
@@ -445,7 +501,37 @@ impl Transfer {
         debug_assert_eq!(len, self.messages_len(&(first..self.inflight.store_end()), ids));
         let state = self.delivery.on_send(now, self.inflight.flight() == 0);
         let id = self.inflight.push(first, reliable, FRAME_BASE + len, now, state);
+        if first == own && count > 0 && self.probe_at.is_some_and(|t| t <= now) {
+            self.stats.probes += 1;
+        }
+        // This frame's own small reliable messages become candidates.
+        for at in first..own {
+            let Some(m) = self.inflight.message_at(at) else { continue };
+            let repairable = self.cfg.repair.get(usize::from(m.channel)).copied().unwrap_or(false);
+            if repairable && m.is_reliable() && m.fragment.count == 1 && m.payload.len() <= REPAIR_MAX {
+                self.repair.push_back((at, now));
+            }
+        }
+        self.probe_at = (!self.repair.is_empty()).then(|| now + self.probe_delay());
         Some((id, len))
+    }
+
+    /// How long after a datagram with repair candidates a tail-loss probe waits for a
+    /// datagram to carry their copies: half an RTT, at least two steps and 5 ms.
+    fn probe_delay(&self) -> Duration {
+        (self.rtt.srtt() / 2).max(2 * self.rtt.step()).max(Duration::from_millis(5))
+    }
+
+    /// Whether a tail-loss probe is due: candidates wait for a copy and nothing has gone
+    /// out to carry one for the probe delay.
+    fn probe_due(&self, now: Instant) -> bool {
+        self.probe_at.is_some_and(|t| t <= now) && !self.repair.is_empty()
+    }
+
+    /// When the tail-loss probe goes out, if one waits. While the pacer holds data back,
+    /// its own timer is the one to wake for (the probe goes when the pacer lets it).
+    pub(crate) fn probe_deadline(&self) -> Option<Instant> {
+        self.probe_at.filter(|_| !self.repair.is_empty() && self.pacing_wait.is_none())
     }
 
     /// Now and then (one frame in 128 on average), consumes a frame id without sending
@@ -639,7 +725,10 @@ impl Transfer {
     /// The next time a timer of this layer fires.
     #[cfg(test)]
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        [self.loss_deadline(), self.ping_deadline(), self.pacing_deadline()].into_iter().flatten().min()
+        [self.loss_deadline(), self.ping_deadline(), self.pacing_deadline(), self.probe_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// A round-trip sample taken outside pings (the handshake's request and reply).

@@ -38,8 +38,21 @@ pub(crate) struct OutMessage {
     pub(crate) dependency: u32,
     pub(crate) fragment: Fragment,
     pub(crate) payload: Bytes,
+    /// A deadline, or what the message is a copy of.
+    pub(crate) tag: Tag,
+}
+
+/// What a message carries besides its fields: a deadline (unreliable data) or the message
+/// it copies (a repair copy); never both, so one field holds either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Tag {
+    #[default]
+    Plain,
     /// An unreliable message not sent by then is dropped.
-    pub(crate) expires: Option<Instant>,
+    Expires(Instant),
+    /// A repair copy of the message at this store index (see `Transfer`'s repair). A copy
+    /// is never resent and costs its channel nothing.
+    CopyOf(u64),
 }
 
 impl OutMessage {
@@ -54,8 +67,15 @@ impl OutMessage {
         }
     }
 
+    /// Whether the frame carrying it must be resent until acknowledged: reliable data, not
+    /// a repair copy.
     pub(crate) fn is_reliable(&self) -> bool {
-        self.kind.is_reliable()
+        self.kind.is_reliable() && !matches!(self.tag, Tag::CopyOf(_))
+    }
+
+    /// A repair copy of this message, which sits at store index `at`.
+    pub(crate) fn copy_at(&self, at: u64) -> Self {
+        Self { tag: Tag::CopyOf(at), ..self.clone() }
     }
 
     /// Bytes this message holds against its channel's queue limit: its payload and its
@@ -66,6 +86,7 @@ impl OutMessage {
     /// [`WINDOW_ACK_SPACING`]: crate::seq::WINDOW_ACK_SPACING
     pub(crate) fn cost(&self) -> usize {
         match self.kind {
+            _ if matches!(self.tag, Tag::CopyOf(_)) => 0,
             MessageKind::Fragment(_) => self.payload.len() + MESSAGE_OVERHEAD,
             MessageKind::Sentinel | MessageKind::WindowAck => 0,
         }
@@ -81,7 +102,7 @@ pub(crate) const QUANTUM: usize = 1200;
 impl OutMessage {
     /// Whether an unreliable message's deadline has passed at `now`.
     fn expired(&self, now: Instant) -> bool {
-        self.expires.is_some_and(|t| now > t)
+        matches!(self.tag, Tag::Expires(t) if now > t)
     }
 
     /// What the round robin charges a lane for this message: its payload and a header.
@@ -350,7 +371,7 @@ pub(crate) mod tests {
             dependency: 0,
             fragment: Fragment::WHOLE,
             payload: Bytes::from(vec![id as u8; len]),
-            expires: None,
+            tag: Tag::Plain,
         }
     }
 
@@ -412,9 +433,9 @@ pub(crate) mod tests {
             q.push(Priority::High, msg(0, i, SendMode::Reliable, 1100));
         }
         let mut fresh = msg(1, 50, SendMode::Unreliable, 100);
-        fresh.expires = Some(t + 10 * ms);
+        fresh.tag = Tag::Expires(t + 10 * ms);
         let mut stale = msg(1, 49, SendMode::Unreliable, 100);
-        stale.expires = Some(t + ms);
+        stale.tag = Tag::Expires(t + ms);
         q.push(Priority::High, stale);
         q.push(Priority::High, fresh);
         let mut expired = Vec::new();
@@ -424,7 +445,7 @@ pub(crate) mod tests {
         assert_eq!(q.len(), 4);
         // Expired in the middle of a lane: dropped when it reaches the head.
         let mut late = msg(0, 9, SendMode::Unreliable, 10);
-        late.expires = Some(t);
+        late.tag = Tag::Expires(t);
         q.push(Priority::High, late);
         let mut dropped = 0;
         let order: Vec<u32> = std::iter::from_fn(|| {
