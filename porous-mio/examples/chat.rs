@@ -56,7 +56,7 @@ fn server(addr: SocketAddr) -> std::io::Result<()> {
 }
 
 fn client(addr: SocketAddr, name: String) -> std::io::Result<()> {
-    let mut host = Host::bind("0.0.0.0:0".parse().map_err(std::io::Error::other)?, HostConfig::default())?;
+    let mut host = Host::bind("0.0.0.0:0", HostConfig::default())?;
     let server = host.connect(addr).map_err(std::io::Error::other)?;
     // Read the terminal on its own thread; the network loop never blocks on it.
     let (lines, typed) = mpsc::channel::<String>();
