@@ -2,18 +2,23 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Instant;
 
-use async_std::channel::{self, Receiver, Sender};
-use async_std::net::{ToSocketAddrs, UdpSocket};
-use async_std::task;
+use async_channel::{Receiver, Sender};
 use bytes::Bytes;
-use porous_proto::{DisconnectReason, HostConfig, HostStats, PeerId, PeerStats, SendError, SendMode};
+#[cfg(feature = "fault-injection")]
+use porous_udp::Faults;
+use porous_udp::{Batching, SocketStats, UdpIo};
 
 use crate::driver::Driver;
-use crate::{ACCEPT_BACKLOG, DeliveryStats, Disconnected, Error, SOCKET_BUFFER};
+use crate::runtime::Runtime;
+use crate::{
+    ACCEPT_BACKLOG, DeliveryStats, DisconnectReason, Disconnected, Error, HostConfig, HostStats, Packet, PeerId,
+    PeerStats, SendError, SendMode,
+};
 
 /// Commands that wait for the driver; a capacity-1 wake-up would do, a few more let
 /// `connect` calls queue without waiting.
@@ -25,12 +30,27 @@ pub(crate) enum Command {
     Wake,
     /// Connect to an address; the reply comes once the connection is up or has failed.
     Connect(SocketAddr, Sender<Result<PeerParts, Error>>),
+    /// Use this batching from now on.
+    Batching(Batching),
+    /// Inject these faults from now on.
+    #[cfg(feature = "fault-injection")]
+    Faults(Faults),
 }
 
 /// Locks the core. A panic elsewhere cannot leave it half-updated in a way that matters
 /// more than stopping would, so a poisoned lock is used as is.
 pub(crate) fn lock(core: &Mutex<porous_proto::Host>) -> MutexGuard<'_, porous_proto::Host> {
     core.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Every graceful disconnection this crate asks of the core goes through here.
+pub(crate) fn disconnect(core: &mut porous_proto::Host, peer: PeerId) {
+    core.disconnect(peer);
+}
+
+/// Every immediate disconnection this crate asks of the core goes through here.
+pub(crate) fn disconnect_now(core: &mut porous_proto::Host, peer: PeerId) {
+    core.disconnect_now(peer);
 }
 
 /// What every handle holds: the core, and the way to the driver. The driver stops once
@@ -46,6 +66,13 @@ impl Link {
         // A full queue already holds a wake-up; a closed one has no driver to wake.
         let _ = self.commands.try_send(Command::Wake);
     }
+}
+
+/// The state of a host that the driver and the `Host` handles share.
+#[derive(Debug, Default)]
+pub(crate) struct HostShared {
+    /// The socket's counters, as of the driver's last round.
+    pub(crate) socket: Mutex<SocketStats>,
 }
 
 /// The state of a connection that the driver and the connection's handles share.
@@ -66,7 +93,7 @@ pub(crate) struct PeerParts {
     pub(crate) id: PeerId,
     pub(crate) remote: SocketAddr,
     /// The delivery queue; it closes after the last packet once the connection ended.
-    pub(crate) packets: Receiver<(usize, Bytes)>,
+    pub(crate) packets: Receiver<Packet>,
     /// Closes when the core reports the connection ended.
     pub(crate) ended: Receiver<Infallible>,
     pub(crate) shared: Arc<PeerShared>,
@@ -81,6 +108,7 @@ pub struct Host {
     link: Link,
     accept: Receiver<PeerParts>,
     local_addr: SocketAddr,
+    shared: Arc<HostShared>,
 }
 
 impl fmt::Debug for Host {
@@ -90,24 +118,36 @@ impl fmt::Debug for Host {
 }
 
 impl Host {
-    /// Binds a UDP socket to `addr` and spawns the driver task (with
-    /// `async_std::task::spawn`). The core's random generator is seeded from the OS.
-    pub async fn bind(addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
+    /// Binds a UDP socket to `addr` (port 0 picks a free one; a name is resolved with the
+    /// system resolver, blocking, and the first address that binds is used) and spawns the
+    /// driver task on `runtime`. The core's random generator is seeded from the OS.
+    ///
+    /// The runtime crates wrap this as `Host::bind(addr, config)`.
+    pub fn bind_with(runtime: &dyn Runtime, addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
         let rng = rand_core::UnwrapErr(getrandom::SysRng);
         let core = porous_proto::Host::new(config, rng).map_err(Error::Config)?;
-        let socket = UdpSocket::bind(addr).await.map_err(Error::Io)?;
-        let options = socket2::SockRef::from(&socket);
-        // Best effort, as in porous-mio: the kernel may grant less, and the default works.
-        let _ = options.set_recv_buffer_size(SOCKET_BUFFER);
-        let _ = options.set_send_buffer_size(SOCKET_BUFFER);
+        let socket = porous_udp::bind(addr).map_err(Error::Io)?;
+        let io = UdpIo::new(&socket, Batching::default()).map_err(Error::Io)?;
         let local_addr = socket.local_addr().map_err(Error::Io)?;
-        let (commands, command_rx) = channel::bounded(COMMANDS);
-        let (accept_tx, accept) = channel::bounded(ACCEPT_BACKLOG);
+        let socket = runtime.wrap_udp_socket(socket).map_err(Error::Io)?;
+        let (commands, command_rx) = async_channel::bounded(COMMANDS);
+        let (accept_tx, accept) = async_channel::bounded(ACCEPT_BACKLOG);
         let link = Link { core: Arc::new(Mutex::new(core)), commands };
-        let driver = Driver::new(socket, Arc::clone(&link.core), command_rx, accept_tx, accept.clone());
+        let shared = Arc::new(HostShared::default());
+        let timer = runtime.new_timer(Instant::now());
+        let driver = Driver::new(
+            socket,
+            io,
+            timer,
+            Arc::clone(&link.core),
+            command_rx,
+            accept_tx,
+            accept.clone(),
+            Arc::clone(&shared),
+        );
         // Detached: the driver ends by itself once every handle is gone.
-        drop(task::spawn(driver.run()));
-        Ok(Self { link, accept, local_addr })
+        runtime.spawn(Box::pin(driver));
+        Ok(Self { link, accept, local_addr, shared })
     }
 
     /// The address the socket is bound to (with the port the OS picked for port 0).
@@ -120,8 +160,11 @@ impl Host {
     /// exists, the host is full, the address is invalid) or [`Error::Failed`] (timed
     /// out, refused by the remote, incompatible). Dropping the future before it resolves
     /// abandons the attempt; a connection established meanwhile is ended at once.
+    ///
+    /// `remote` is an address, not a name: resolve names with your runtime's resolver
+    /// (such as `tokio::net::lookup_host`), so that the lookup does not block it.
     pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
-        let (reply, result) = channel::bounded(1);
+        let (reply, result) = async_channel::bounded(1);
         self.link.commands.send(Command::Connect(remote, reply)).await.map_err(|_| Error::Stopped)?;
         let parts = result.recv().await.map_err(|_| Error::Stopped)??;
         Ok(Peer::new(parts, self.link.clone()))
@@ -138,6 +181,26 @@ impl Host {
     pub fn stats(&self) -> HostStats {
         lock(&self.link.core).stats()
     }
+
+    /// The socket's counters, as of the driver's last round.
+    pub fn socket_stats(&self) -> SocketStats {
+        *self.shared.socket.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Changes the socket's batching from the driver's next round on: [`Batching::NONE`]
+    /// makes one system call per datagram, as on a kernel without `recvmmsg`, GSO and GRO.
+    /// For tests, comparisons, and systems where an offload misbehaves.
+    pub fn set_batching(&self, batching: Batching) {
+        // Only a stopped driver refuses it, and then nothing is batched any more.
+        let _ = self.link.commands.try_send(Command::Batching(batching));
+    }
+
+    /// Makes the socket fail on purpose from the driver's next round on (feature
+    /// `fault-injection`), to test how an application copes; [`Faults::NONE`] ends it.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_faults(&self, faults: Faults) {
+        let _ = self.link.commands.try_send(Command::Faults(faults));
+    }
 }
 
 /// One connection. Cheap to clone; clones share one delivery queue, so each packet goes
@@ -150,7 +213,7 @@ pub struct Peer {
 struct PeerInner {
     id: PeerId,
     remote: SocketAddr,
-    packets: Receiver<(usize, Bytes)>,
+    packets: Receiver<Packet>,
     ended: Receiver<Infallible>,
     shared: Arc<PeerShared>,
     link: Link,
@@ -159,7 +222,7 @@ struct PeerInner {
 impl Drop for PeerInner {
     fn drop(&mut self) {
         // A no-op if the connection has ended already.
-        lock(&self.link.core).disconnect(self.id);
+        disconnect(&mut lock(&self.link.core), self.id);
         self.link.wake();
     }
 }
@@ -195,9 +258,9 @@ impl Peer {
         Ok(())
     }
 
-    /// The next packet and its channel, or, once every packet that arrived has been
-    /// returned, why the connection ended.
-    pub async fn recv(&self) -> Result<(usize, Bytes), Disconnected> {
+    /// The next packet, with its channel and send mode, or, once every packet that
+    /// arrived has been returned, why the connection ended.
+    pub async fn recv(&self) -> Result<Packet, Disconnected> {
         let packet = self.inner.packets.recv().await;
         if self.inner.shared.parked.swap(false, Ordering::SeqCst) {
             self.inner.link.wake();
@@ -213,7 +276,7 @@ impl Peer {
     /// readable with [`Peer::recv`]; keep reading if the remote sends a lot, since a full
     /// delivery queue defers the acknowledgements the flush waits for.
     pub async fn disconnect(&self) -> DisconnectReason {
-        lock(&self.inner.link.core).disconnect(self.inner.id);
+        disconnect(&mut lock(&self.inner.link.core), self.inner.id);
         self.inner.link.wake();
         // Nothing is ever sent on `ended`: this returns when it closes.
         let _ = self.inner.ended.recv().await;
@@ -224,7 +287,7 @@ impl Peer {
     /// effort. `recv` then returns the packets already queued, then
     /// [`DisconnectReason::Local`].
     pub fn disconnect_now(&self) {
-        lock(&self.inner.link.core).disconnect_now(self.inner.id);
+        disconnect_now(&mut lock(&self.inner.link.core), self.inner.id);
         self.inner.link.wake();
     }
 
