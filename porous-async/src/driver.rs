@@ -3,6 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -10,14 +11,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use async_channel::{Receiver, Sender, TrySendError};
+use async_channel::{Receiver, Sender};
 use futures_core::Stream;
 use porous_proto::Event;
 use porous_udp::{RecvBackoff, UdpIo};
 
 use crate::handle::{Command, HostShared, PeerParts, PeerShared, disconnect_now, lock};
+use crate::mailbox::Mailbox;
 use crate::runtime::{AsyncTimer, AsyncUdpSocket, Interest};
-use crate::{DELIVERY_QUEUE, Error, Packet, PeerId, SendMode};
+use crate::{Error, Packet, PeerId, SendMode};
 
 /// Rounds of receive, step and send per poll of the driver before it yields to the
 /// runtime's other tasks (and is woken again at once).
@@ -25,6 +27,12 @@ const ROUNDS_PER_POLL: usize = 16;
 
 /// Receive system calls per round (each up to 32 buffers of up to 64 datagrams).
 const RECVS_PER_ROUND: usize = 8;
+
+/// How long the driver stops reading the socket for a consumer whose delivery queue is
+/// full and who does not read, before it reads again and leaves that consumer's datagrams
+/// unread (so that a stalled consumer cannot hold up the others for longer). The time
+/// starts again whenever the consumer makes room.
+const READER_GRACE: Duration = Duration::from_millis(5);
 
 /// How long the driver of a host whose handles are all gone waits for the socket to take
 /// its last datagrams (the remotes' disconnection notices).
@@ -57,6 +65,35 @@ enum Next {
     Done,
 }
 
+/// Hashes `PeerId`s for the driver's tables, which every received packet looks up: ids
+/// are the core's own (a slot index and a generation), not chosen by remotes, so a simple
+/// multiplicative hash is enough and far cheaper than the default SipHash.
+type IdHash = BuildHasherDefault<IdHasher>;
+
+/// See [`IdHash`].
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(32) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Where the core's events go.
 struct Routes {
     accept: Sender<PeerParts>,
@@ -64,19 +101,27 @@ struct Routes {
     /// (boxed: a receiver is not `Unpin`, and the driver must be).
     backlog: Pin<Box<Receiver<PeerParts>>>,
     /// Outgoing connections under way, with the `connect` call waiting for each.
-    connecting: HashMap<PeerId, Sender<Result<PeerParts, Error>>>,
-    inboxes: HashMap<PeerId, Inbox>,
-    /// Connections whose inbox holds packets back.
+    connecting: HashMap<PeerId, Sender<Result<PeerParts, Error>>, IdHash>,
+    inboxes: HashMap<PeerId, Inbox, IdHash>,
+    /// Connections whose inbox holds packets: after `flush_held`, those whose mailbox is
+    /// full.
     held: Vec<PeerId>,
+    /// Since when `held` has not been empty and no held packet found room.
+    held_since: Option<Instant>,
 }
 
 /// The driver's end of one connection's delivery queue.
 struct Inbox {
-    packets: Sender<Packet>,
+    mailbox: Arc<Mailbox>,
     /// Dropped when the core reports the end, which wakes `Peer::disconnect`.
     ended: Option<Sender<Infallible>>,
-    /// Reliable and passive packets waiting for room in the queue, oldest first.
+    /// Packets not yet in the mailbox, oldest first: those of this round, and reliable and
+    /// passive ones waiting for room.
     held: VecDeque<Packet>,
+    /// In `Routes::held`.
+    listed: bool,
+    /// `held` may contain unreliable packets.
+    unreliable: bool,
     shared: Arc<PeerShared>,
 }
 
@@ -95,9 +140,10 @@ impl Driver {
         let routes = Routes {
             accept,
             backlog: Box::pin(backlog),
-            connecting: HashMap::new(),
-            inboxes: HashMap::new(),
+            connecting: HashMap::default(),
+            inboxes: HashMap::default(),
             held: Vec::new(),
+            held_since: None,
         };
         Self {
             socket,
@@ -119,6 +165,8 @@ impl Driver {
         let Self { socket, io, backoff, timer, timer_at, core, commands, routes, shared, closing } = self;
         let now = Instant::now();
         let mut again = false;
+        // Handles' changes from here on need another round: let them send a wake-up.
+        shared.wake_pending.store(false, Ordering::Release);
         let mut core = lock(core);
 
         while closing.is_none() {
@@ -135,9 +183,18 @@ impl Driver {
                 Poll::Pending => break,
             }
         }
-        routes.flush_held();
+        if routes.flush_held() {
+            routes.held_since = None;
+        }
+        // A consumer that is behind gets `READER_GRACE` to make room, during which the
+        // socket is not read: its datagrams wait in the kernel's buffer instead of being
+        // dropped. Its `recv` wakes the driver as soon as there is room.
+        let readers_behind = routes.readers_behind(now);
+        let catching_up = readers_behind.is_some_and(|until| now < until);
+        // Past the grace, the datagrams of a consumer still behind are left unread.
+        let defer = readers_behind.is_some();
 
-        if closing.is_none() && !backoff.paused(now) {
+        if closing.is_none() && !backoff.paused(now) && !catching_up {
             let mut calls = 0;
             loop {
                 if calls == RECVS_PER_ROUND {
@@ -150,9 +207,17 @@ impl Driver {
                     Poll::Ready(Ok(())) => {
                         backoff.ok();
                         for (from, datagram) in io.received() {
-                            if !routes.defers(&core, from) {
+                            if !(defer && routes.defers(&core, from)) {
                                 core.handle_datagram(now, from, datagram);
                             }
+                        }
+                        while let Some(event) = core.poll_event() {
+                            routes.dispatch(&mut core, event);
+                        }
+                        routes.flush_held();
+                        if readers_behind.is_none() && !routes.held.is_empty() {
+                            // That batch filled a delivery queue: let its reader run.
+                            break;
                         }
                     }
                     // Counted by `UdpIo`; skipped unless it keeps coming.
@@ -176,6 +241,7 @@ impl Driver {
         while let Some(event) = core.poll_event() {
             routes.dispatch(&mut core, event);
         }
+        routes.flush_held();
         while let Some(transmit) = core.poll_transmit() {
             io.push(transmit);
         }
@@ -194,7 +260,8 @@ impl Driver {
         {
             return Next::Done;
         }
-        let wake_at = [deadline, backoff.resume_at(), *closing].into_iter().flatten().min();
+        let readers_grace = routes.readers_behind(now).filter(|&until| now < until);
+        let wake_at = [deadline, backoff.resume_at(), *closing, readers_grace].into_iter().flatten().min();
         if let Some(at) = wake_at {
             if at <= now {
                 again = true;
@@ -267,8 +334,11 @@ impl Routes {
             }
             Event::Received { peer, channel, mode, data } => {
                 if let Some(inbox) = self.inboxes.get_mut(&peer) {
-                    inbox.deliver(Packet { channel, mode, data });
-                    if !inbox.held.is_empty() && !self.held.contains(&peer) {
+                    // Into the mailbox at the next `flush_held`, with the round's others.
+                    inbox.unreliable |= mode == SendMode::Unreliable;
+                    inbox.held.push_back(Packet { channel, mode, data });
+                    if !inbox.listed {
+                        inbox.listed = true;
                         self.held.push(peer);
                     }
                 }
@@ -282,6 +352,7 @@ impl Routes {
                     inbox.ended = None;
                     // With packets held, `flush_held` closes the queue after the last one.
                     if inbox.held.is_empty() {
+                        inbox.mailbox.close();
                         self.inboxes.remove(&peer);
                     }
                 }
@@ -290,19 +361,41 @@ impl Routes {
         }
     }
 
-    /// Moves held packets into queues that have room again.
-    fn flush_held(&mut self) {
+    /// Moves held packets into mailboxes that have room, drops unreliable ones that find
+    /// a mailbox full, and closes the mailboxes of ended connections once they got their
+    /// last packet. True if any packet went into a mailbox.
+    fn flush_held(&mut self) -> bool {
         let inboxes = &mut self.inboxes;
+        let mut moved = false;
         self.held.retain(|peer| {
             let Some(inbox) = inboxes.get_mut(peer) else { return false };
-            if !inbox.flush() {
+            let before = inbox.held.len() as u64;
+            let dropped = inbox.mailbox.fill(&mut inbox.held, &mut inbox.unreliable);
+            if dropped > 0 {
+                inbox.shared.unreliable_dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
+            moved |= (inbox.held.len() as u64) + dropped < before;
+            if !inbox.held.is_empty() {
                 return true;
             }
+            inbox.listed = false;
             if inbox.ended.is_none() {
+                inbox.mailbox.close();
                 inboxes.remove(peer);
             }
             false
         });
+        moved
+    }
+
+    /// While some inbox holds packets back: until when its reader has to catch up before the
+    /// socket is read again regardless.
+    fn readers_behind(&mut self, now: Instant) -> Option<Instant> {
+        if self.held.is_empty() {
+            self.held_since = None;
+            return None;
+        }
+        Some(*self.held_since.get_or_insert(now) + READER_GRACE)
     }
 
     /// Whether to leave a datagram unread: it is from a live connection whose inbox holds
@@ -329,51 +422,21 @@ impl Routes {
 
 impl Inbox {
     fn new(id: PeerId, remote: SocketAddr) -> (Self, PeerParts) {
-        let (packets, packet_rx) = async_channel::bounded(DELIVERY_QUEUE);
+        let mailbox = Arc::new(Mailbox::default());
         let (ended, ended_rx) = async_channel::bounded(1);
         let shared = Arc::new(PeerShared::default());
-        let parts = PeerParts { id, remote, packets: packet_rx, ended: ended_rx, shared: Arc::clone(&shared) };
-        (Self { packets, ended: Some(ended), held: VecDeque::new(), shared }, parts)
+        let parts =
+            PeerParts { id, remote, mailbox: Arc::clone(&mailbox), ended: ended_rx, shared: Arc::clone(&shared) };
+        (Self { mailbox, ended: Some(ended), held: VecDeque::new(), listed: false, unreliable: false, shared }, parts)
     }
+}
 
-    /// Queues a packet for the handles, or holds it back, or drops it if it is unreliable.
-    fn deliver(&mut self, packet: Packet) {
-        let packet = if self.flush() {
-            match self.offer(packet) {
-                Ok(()) => return,
-                Err(packet) => packet,
-            }
-        } else {
-            packet
-        };
-        if packet.mode == SendMode::Unreliable {
-            self.shared.unreliable_dropped.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.held.push_back(packet);
-        }
-    }
-
-    /// Queues held packets while there is room. True when none is left.
-    fn flush(&mut self) -> bool {
-        while let Some(packet) = self.held.pop_front() {
-            if let Err(packet) = self.offer(packet) {
-                self.held.push_front(packet);
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Puts a packet in the queue, or gives it back if the queue is full. With no handle
-    /// left to read it, the packet is discarded (the connection is being disconnected).
-    fn offer(&self, packet: Packet) -> Result<(), Packet> {
-        let Err(TrySendError::Full(packet)) = self.packets.try_send(packet) else { return Ok(()) };
-        // Ask the next `recv` to wake the driver, then look again: a `recv` that ran
-        // before the flag was set would not have.
-        self.shared.parked.store(true, Ordering::SeqCst);
-        match self.packets.try_send(packet) {
-            Err(TrySendError::Full(packet)) => Err(packet),
-            _ => Ok(()),
+impl Drop for Routes {
+    /// A driver dropped before its end (its runtime shut down): readers must not wait for
+    /// packets that will never come.
+    fn drop(&mut self) {
+        for inbox in self.inboxes.values() {
+            inbox.mailbox.close();
         }
     }
 }

@@ -14,6 +14,7 @@ use porous_udp::Faults;
 use porous_udp::{Batching, SocketStats, UdpIo};
 
 use crate::driver::Driver;
+use crate::mailbox::{Mailbox, Take};
 use crate::runtime::Runtime;
 use crate::{
     ACCEPT_BACKLOG, DeliveryStats, DisconnectReason, Disconnected, Error, HostConfig, HostStats, Packet, PeerId,
@@ -59,11 +60,17 @@ pub(crate) fn disconnect_now(core: &mut porous_proto::Host, peer: PeerId) {
 struct Link {
     core: Arc<Mutex<porous_proto::Host>>,
     commands: Sender<Command>,
+    /// A wake-up is on its way to the driver (see [`HostShared::wake_pending`]).
+    shared: Arc<HostShared>,
 }
 
 impl Link {
     fn wake(&self) {
-        // A full queue already holds a wake-up; a closed one has no driver to wake.
+        // One wake-up per driver round is enough: a burst of sends costs one.
+        if self.shared.wake_pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // A full queue already holds a command; a closed one has no driver to wake.
         let _ = self.commands.try_send(Command::Wake);
     }
 }
@@ -73,6 +80,9 @@ impl Link {
 pub(crate) struct HostShared {
     /// The socket's counters, as of the driver's last round.
     pub(crate) socket: Mutex<SocketStats>,
+    /// Set by the handle that sends the driver a wake-up, cleared by the driver when a
+    /// round starts: handles skip the channel while a wake-up is pending.
+    pub(crate) wake_pending: AtomicBool,
 }
 
 /// The state of a connection that the driver and the connection's handles share.
@@ -80,8 +90,6 @@ pub(crate) struct HostShared {
 pub(crate) struct PeerShared {
     /// Why the connection ended, set when the core reports it.
     pub(crate) reason: OnceLock<DisconnectReason>,
-    /// The driver holds packets back for want of room: the next `recv` must wake it.
-    pub(crate) parked: AtomicBool,
     /// See [`DeliveryStats`].
     pub(crate) unreliable_dropped: AtomicU64,
     /// See [`DeliveryStats`].
@@ -93,7 +101,7 @@ pub(crate) struct PeerParts {
     pub(crate) id: PeerId,
     pub(crate) remote: SocketAddr,
     /// The delivery queue; it closes after the last packet once the connection ended.
-    pub(crate) packets: Receiver<Packet>,
+    pub(crate) mailbox: Arc<Mailbox>,
     /// Closes when the core reports the connection ended.
     pub(crate) ended: Receiver<Infallible>,
     pub(crate) shared: Arc<PeerShared>,
@@ -132,8 +140,8 @@ impl Host {
         let socket = runtime.wrap_udp_socket(socket).map_err(Error::Io)?;
         let (commands, command_rx) = async_channel::bounded(COMMANDS);
         let (accept_tx, accept) = async_channel::bounded(ACCEPT_BACKLOG);
-        let link = Link { core: Arc::new(Mutex::new(core)), commands };
         let shared = Arc::new(HostShared::default());
+        let link = Link { core: Arc::new(Mutex::new(core)), commands, shared: Arc::clone(&shared) };
         let timer = runtime.new_timer(Instant::now());
         let driver = Driver::new(
             socket,
@@ -213,7 +221,7 @@ pub struct Peer {
 struct PeerInner {
     id: PeerId,
     remote: SocketAddr,
-    packets: Receiver<Packet>,
+    mailbox: Arc<Mailbox>,
     ended: Receiver<Infallible>,
     shared: Arc<PeerShared>,
     link: Link,
@@ -235,8 +243,8 @@ impl fmt::Debug for Peer {
 
 impl Peer {
     fn new(parts: PeerParts, link: Link) -> Self {
-        let PeerParts { id, remote, packets, ended, shared } = parts;
-        Self { inner: Arc::new(PeerInner { id, remote, packets, ended, shared, link }) }
+        let PeerParts { id, remote, mailbox, ended, shared } = parts;
+        Self { inner: Arc::new(PeerInner { id, remote, mailbox, ended, shared, link }) }
     }
 
     /// The connection's id in the core.
@@ -261,11 +269,16 @@ impl Peer {
     /// The next packet, with its channel and send mode, or, once every packet that
     /// arrived has been returned, why the connection ended.
     pub async fn recv(&self) -> Result<Packet, Disconnected> {
-        let packet = self.inner.packets.recv().await;
-        if self.inner.shared.parked.swap(false, Ordering::SeqCst) {
-            self.inner.link.wake();
+        match std::future::poll_fn(|cx| self.inner.mailbox.poll_take(cx)).await {
+            Take::Packet(packet, refill) => {
+                if refill {
+                    // The driver holds packets for want of room: there is room now.
+                    self.inner.link.wake();
+                }
+                Ok(packet)
+            }
+            Take::Closed => Err(Disconnected(self.reason())),
         }
-        packet.map_err(|_| Disconnected(self.reason()))
     }
 
     /// Disconnects gracefully and waits until the core reports the end: packets already
@@ -301,7 +314,7 @@ impl Peer {
     pub fn delivery_stats(&self) -> DeliveryStats {
         let s = &self.inner.shared;
         DeliveryStats {
-            queued: self.inner.packets.len(),
+            queued: self.inner.mailbox.len(),
             unreliable_dropped: s.unreliable_dropped.load(Ordering::Relaxed),
             datagrams_deferred: s.datagrams_deferred.load(Ordering::Relaxed),
         }

@@ -63,12 +63,16 @@
 //! - Each connection has a delivery queue of [`DELIVERY_QUEUE`] packets, read by
 //!   [`Peer::recv`]. When it is full, an **unreliable** packet is dropped and counted
 //!   ([`DeliveryStats::unreliable_dropped`]). A **reliable or passive** packet is never
-//!   dropped: the driver holds it back and, until the held packets fit in the queue,
-//!   leaves that peer's datagrams unread ([`DeliveryStats::datagrams_deferred`]), so what
-//!   it holds is at most what one datagram completes (its own packets and those the core
-//!   had buffered for that peer, which `max_reassembly_bytes` bounds). The remote sees
-//!   this as loss and resends reliable and passive data later, so a slow consumer slows
-//!   its own sender and no one else. A consumer that stops reading for longer than the
+//!   dropped: the driver holds it back, and stops reading the socket while the consumer
+//!   catches up (the datagrams wait in the kernel's buffer; the consumer's `recv` wakes
+//!   the driver as soon as there is room). If the consumer makes no room for 5 ms, the
+//!   driver reads again and, until the held packets fit in the queue, leaves that peer's
+//!   datagrams unread
+//!   ([`DeliveryStats::datagrams_deferred`]), so what it holds is at most what one receive
+//!   call completes (the packets of the datagrams it brought and those the core had
+//!   buffered for that peer, which `max_reassembly_bytes` bounds). The remote sees this as
+//!   loss and resends reliable and passive data later, so a slow consumer slows its own
+//!   sender, and holds up no one else for longer than those 5 ms. A consumer that stops reading for longer than the
 //!   peer timeout loses the connection to [`DisconnectReason::Timeout`]; one that keeps
 //!   reading loses nothing.
 //! - Established incoming connections wait for [`Host::accept`] in a backlog of
@@ -106,6 +110,7 @@
 
 mod driver;
 mod handle;
+mod mailbox;
 pub mod runtime;
 
 use std::fmt;

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-pub use porous_udp::SocketRef;
+pub use porous_udp::{AsSocketRef, SocketRef};
 
 /// An async runtime, as the driver sees it: a way to spawn the driver task, a timer, and
 /// a UDP socket that reports readiness. Implemented by `porous-tokio`, `porous-smol` and

@@ -13,6 +13,10 @@
 //!   packet (both threads, from `/proc/thread-self/schedstat`), system calls.
 //! - `mio-nobatch`: the same with `Batching::NONE`, one system call per datagram: the
 //!   adapter as it was before batched IO.
+//! - `tokio`: the same transfer through `porous-tokio`, each end a current-thread tokio
+//!   runtime on its own thread (the driver task and the application task share it, so the
+//!   thread's CPU time is all of that end's). The sender queues until `QueueFull`, then
+//!   sleeps 1 ms (tokio's timer granularity); the receiver awaits `Peer::recv`.
 //! - `raw`: plain `std::net::UdpSocket`s, one thread blasting as many datagrams of the
 //!   size POROUS put on the wire (its mean data datagram, from the latest `mio` run) as
 //!   POROUS sent, one `send_to` each, the other receiving and counting what arrives. The
@@ -72,6 +76,8 @@ fn io_error(e: impl std::fmt::Display) -> std::io::Error {
 enum Scenario {
     /// porous-mio with this batching.
     Mio(Batching),
+    /// porous-tokio, full batching.
+    Tokio,
     /// Plain sockets, one system call per datagram.
     Raw,
     /// `porous_udp::UdpIo`, full batching, no protocol.
@@ -79,19 +85,21 @@ enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Self; 4] = [Self::Mio(Batching::FULL), Self::Raw, Self::Mio(Batching::NONE), Self::RawBatched];
+    const ALL: [Self; 5] =
+        [Self::Mio(Batching::FULL), Self::Raw, Self::Tokio, Self::Mio(Batching::NONE), Self::RawBatched];
 
     fn name(self) -> &'static str {
         match self {
             Self::Mio(b) if b == Batching::NONE => "mio-nobatch",
             Self::Mio(_) => "mio",
+            Self::Tokio => "tokio",
             Self::Raw => "raw",
             Self::RawBatched => "raw-batched",
         }
     }
 
     fn is_porous(self) -> bool {
-        matches!(self, Self::Mio(_))
+        matches!(self, Self::Mio(_) | Self::Tokio)
     }
 }
 
@@ -114,6 +122,11 @@ struct Outcome {
     would_block: u64,
     /// System calls that moved datagrams, both ends.
     syscalls: u64,
+    /// Datagrams the kernel dropped for want of receive-buffer room (UDP `RcvbufErrors`,
+    /// system-wide, during the run).
+    kernel_drops: u64,
+    /// Datagrams the async adapter's driver left unread for a consumer that was behind.
+    deferred: u64,
 }
 
 impl Outcome {
@@ -134,6 +147,19 @@ impl Outcome {
     }
 }
 
+/// The kernel's count of UDP datagrams dropped for a full receive buffer (Linux).
+fn kernel_drops() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut rows = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (rows.next(), rows.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
 fn localhost() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
@@ -152,6 +178,7 @@ fn raw_socket() -> std::io::Result<(UdpSocket, usize)> {
 
 /// The receiving end of a POROUS run, when it delivered the last packet.
 struct RecvEnd {
+    deferred: u64,
     last: Instant,
     cpu: Duration,
     delivered: u64,
@@ -182,6 +209,7 @@ fn join(
     o.bytes = r.bytes;
     o.acks = r.acks;
     o.syscalls += r.syscalls;
+    o.deferred = r.deferred;
     Ok(o)
 }
 
@@ -226,7 +254,7 @@ fn mio_receiver(
     let _ = host.service(Duration::from_millis(20));
     let acks = host.core().stats().datagrams_sent - acks0;
     let syscalls = (s1.recv_calls - s0.recv_calls) + (s1.send_calls - s0.send_calls);
-    Ok(RecvEnd { last, cpu, delivered, bytes, acks, syscalls })
+    Ok(RecvEnd { deferred: 0, last, cpu, delivered, bytes, acks, syscalls })
 }
 
 fn mio_run(batching: Batching, size: usize, n: u64) -> std::io::Result<Outcome> {
@@ -276,6 +304,95 @@ fn mio_run(batching: Batching, size: usize, n: u64) -> std::io::Result<Outcome> 
             ..Outcome::default()
         };
         Ok(SendEnd { start: t0, cpu, outcome })
+    });
+    join(sender, receiver)
+}
+
+/// A current-thread tokio runtime for one end of a `tokio` run.
+fn tokio_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
+fn tokio_run(size: usize, n: u64) -> std::io::Result<Outcome> {
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let start = Arc::new(Barrier::new(2));
+    let done = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let (start, done) = (start.clone(), done.clone());
+        thread::spawn(move || -> std::io::Result<RecvEnd> {
+            tokio_runtime()?.block_on(async move {
+                let host = porous_tokio::Host::bind(localhost(), HostConfig::default()).await.map_err(io_error)?;
+                addr_tx.send(host.local_addr()).map_err(io_error)?;
+                let peer = host.accept().await.map_err(io_error)?;
+                start.wait();
+                let cpu0 = thread_cpu();
+                let (acks0, s0) = (host.stats().datagrams_sent, host.socket_stats());
+                let (mut delivered, mut bytes) = (0u64, 0u64);
+                // One watchdog around the whole loop, as the mio receiver checks the time once
+                // per event rather than arming a timer per packet.
+                let receive = async {
+                    while delivered < n {
+                        let packet = peer.recv().await.map_err(io_error)?;
+                        delivered += 1;
+                        bytes += packet.data.len() as u64;
+                    }
+                    Ok::<(), std::io::Error>(())
+                };
+                tokio::time::timeout(WATCHDOG, receive)
+                    .await
+                    .map_err(|_| io_error("watchdog: the receiver gave up"))??;
+                let last = Instant::now();
+                let cpu = thread_cpu() - cpu0;
+                let s1 = host.socket_stats();
+                done.store(true, Ordering::Release);
+                // Acknowledge the tail so the sender sees everything acknowledged.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let acks = host.stats().datagrams_sent - acks0;
+                let syscalls = (s1.recv_calls - s0.recv_calls) + (s1.send_calls - s0.send_calls);
+                let deferred = peer.delivery_stats().datagrams_deferred;
+                Ok(RecvEnd { deferred, last, cpu, delivered, bytes, acks, syscalls })
+            })
+        })
+    };
+    let sender = thread::spawn(move || -> std::io::Result<SendEnd> {
+        tokio_runtime()?.block_on(async move {
+            let remote = addr_rx.recv().map_err(io_error)?;
+            let host = porous_tokio::Host::bind(localhost(), HostConfig::default()).await.map_err(io_error)?;
+            let peer = host.connect(remote).await.map_err(io_error)?;
+            let packet = Bytes::from(vec![0x5A; size]);
+            let c0 = host.stats();
+            let p0 = peer.stats().map(|p| p.transfer.frames_resent).unwrap_or(0);
+            let s0 = host.socket_stats();
+            start.wait();
+            let cpu0 = thread_cpu();
+            let t0 = Instant::now();
+            let mut sent = 0u64;
+            while !done.load(Ordering::Acquire) {
+                while sent < n {
+                    match peer.send(0, packet.clone(), SendMode::Reliable) {
+                        Ok(()) => sent += 1,
+                        Err(SendError::QueueFull { .. }) => break,
+                        Err(e) => return Err(io_error(e)),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                if t0.elapsed() > WATCHDOG {
+                    return Err(io_error("watchdog: the sender gave up"));
+                }
+            }
+            let cpu = thread_cpu() - cpu0;
+            let (c1, s1) = (host.stats(), host.socket_stats());
+            let p1 = peer.stats().map(|p| p.transfer.frames_resent).unwrap_or(0);
+            let outcome = Outcome {
+                datagrams: c1.datagrams_sent - c0.datagrams_sent,
+                wire_bytes: c1.bytes_sent - c0.bytes_sent,
+                would_block: s1.would_block - s0.would_block,
+                resent: p1 - p0,
+                syscalls: (s1.send_calls - s0.send_calls) + (s1.recv_calls - s0.recv_calls),
+                ..Outcome::default()
+            };
+            Ok(SendEnd { start: t0, cpu, outcome })
+        })
     });
     join(sender, receiver)
 }
@@ -441,7 +558,8 @@ fn print_run(scenario: Scenario, run: usize, o: &Outcome) {
     if scenario.is_porous() {
         println!(
             "{name:<12} run {run}: {:>8.1} ms  goodput {:>12}  cpu/msg {:>7.1} ns (send {:.0} ms, recv {:.0} ms, \
-             sender busy {:.0}%)  {} data datagrams of {} B, {} acks, {} syscalls, {} resent, {} would-block",
+             sender busy {:.0}%)  {} data datagrams of {} B, {} acks, {} syscalls, {} resent, {} would-block, \
+             {} dropped by the kernel, {} deferred",
             o.wall.as_secs_f64() * 1e3,
             mbps(o.rate()),
             o.cpu_per_item(),
@@ -454,6 +572,8 @@ fn print_run(scenario: Scenario, run: usize, o: &Outcome) {
             o.syscalls,
             o.resent,
             o.would_block,
+            o.kernel_drops,
+            o.deferred,
         );
     } else {
         println!(
@@ -497,13 +617,17 @@ fn main() -> std::io::Result<()> {
             }
             for i in order {
                 let scenario = results[i].0;
+                let drops0 = kernel_drops();
                 let outcome = match scenario {
                     Scenario::Mio(batching) => mio_run(batching, size, n)?,
+                    Scenario::Tokio => tokio_run(size, n)?,
                     Scenario::Raw | Scenario::RawBatched => {
                         let (dsize, count, _) = shape.unwrap_or((size + 10, n, 1.0));
                         raw_run(scenario == Scenario::RawBatched, dsize, count)?
                     }
                 };
+                let mut outcome = outcome;
+                outcome.kernel_drops = kernel_drops() - drops0;
                 if scenario == Scenario::Mio(Batching::FULL) || (shape.is_none() && scenario.is_porous()) {
                     shape = Some((outcome.datagram_size(), outcome.datagrams, outcome.per_datagram()));
                 }
@@ -519,40 +643,55 @@ fn main() -> std::io::Result<()> {
         println!();
         println!("{n} packets of {size} B ({per_datagram:.1} per datagram):");
         println!(
-            "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>10}",
-            "scenario", "goodput MB/s", "cpu/msg ns", "cpu / raw's", "goodput / raw", "syscalls/msg"
+            "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>12} {:>22} {:>22}",
+            "scenario",
+            "goodput MB/s",
+            "cpu/msg ns",
+            "cpu / raw's",
+            "goodput / raw",
+            "syscalls/msg",
+            "cpu / mio's",
+            "goodput / mio's"
         );
-        let raw = results.iter().find(|(s, _)| *s == Scenario::Raw).map(|(_, r)| r.clone());
+        let find = |wanted: Scenario| results.iter().find(|(s, _)| *s == wanted).map(|(_, r)| r.clone());
+        let (raw, mio) = (find(Scenario::Raw), find(Scenario::Mio(Batching::FULL)));
         for (scenario, runs) in &results {
             let goodput: Vec<f64> = runs.iter().map(|r| r.rate() / 1e6).collect();
             let syscalls = median(runs.iter().map(|r| r.syscalls as f64 / r.delivered.max(1) as f64).collect());
             if scenario.is_porous() {
                 let cpu: Vec<f64> = runs.iter().map(Outcome::cpu_per_item).collect();
-                let (cpu_ratio, goodput_ratio) = match &raw {
-                    Some(raw) => {
-                        let pairs = runs.iter().zip(raw);
-                        let c: Vec<f64> = pairs
-                            .clone()
-                            .map(|(p, r)| p.cpu_per_item() / (r.cpu_per_item() / p.per_datagram()))
-                            .collect();
-                        let g: Vec<f64> = pairs.map(|(p, r)| 100.0 * p.rate() / r.rate()).collect();
+                // Per run, against the baseline's run of the same round.
+                let against = |base: &Option<Vec<Outcome>>, cpu: fn(&Outcome, &Outcome) -> f64| match base {
+                    Some(base) => {
+                        let pairs = runs.iter().zip(base);
+                        let c: Vec<f64> = pairs.clone().map(|(p, b)| cpu(p, b)).collect();
+                        let g: Vec<f64> = pairs.map(|(p, b)| 100.0 * p.rate() / b.rate()).collect();
                         (format!("{}x", spread(&c, 2)), format!("{}%", spread(&g, 0)))
                     }
                     None => (String::from("-"), String::from("-")),
                 };
+                let (raw_cpu, raw_goodput) =
+                    against(&raw, |p, r| p.cpu_per_item() / (r.cpu_per_item() / p.per_datagram()));
+                let (mio_cpu, mio_goodput) = if *scenario == Scenario::Mio(Batching::FULL) {
+                    (String::new(), String::new())
+                } else {
+                    against(&mio, |p, m| p.cpu_per_item() / m.cpu_per_item())
+                };
                 println!(
-                    "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>10.4}",
+                    "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>12.4} {:>22} {:>22}",
                     scenario.name(),
                     spread(&goodput, 1),
                     spread(&cpu, 1),
-                    cpu_ratio,
-                    goodput_ratio,
-                    syscalls
+                    raw_cpu,
+                    raw_goodput,
+                    syscalls,
+                    mio_cpu,
+                    mio_goodput,
                 );
             } else {
                 let cpu: Vec<f64> = runs.iter().map(|r| r.cpu_per_item() / per_datagram).collect();
                 println!(
-                    "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>10.4}",
+                    "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>12.4}",
                     scenario.name(),
                     spread(&goodput, 1),
                     spread(&cpu, 1),
