@@ -173,7 +173,7 @@ fn without_batching_every_datagram_takes_its_own_system_call() {
             let s = host.socket_stats();
             assert_eq!(s.send_calls, s.sent, "{s:?}");
             assert_eq!(s.recv_calls, s.received, "{s:?}");
-            assert_eq!((s.send_errors, s.gso_fallbacks), (0, 0));
+            assert_eq!((s.send_errors, s.send_fallbacks), (0, 0));
         }
     });
 }

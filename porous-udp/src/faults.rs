@@ -17,11 +17,13 @@ pub struct Faults {
     /// Every send that carries several datagrams fails with `EIO`'s kind (`Other`), as on a
     /// network driver that announces GSO and then refuses it.
     pub gso_refused: bool,
+    /// Every `sendmmsg` fails (`Unsupported`), as in a sandbox that forbids the call.
+    pub mmsg_refused: bool,
 }
 
 impl Faults {
     /// No fault.
-    pub const NONE: Self = Self { recv_error: None, unreachable: None, gso_refused: false };
+    pub const NONE: Self = Self { recv_error: None, unreachable: None, gso_refused: false, mmsg_refused: false };
 
     /// Every receive call fails with `kind`.
     pub fn recv_error(kind: io::ErrorKind) -> Self {
@@ -36,5 +38,10 @@ impl Faults {
     /// Every GSO send fails.
     pub fn gso_refused() -> Self {
         Self { gso_refused: true, ..Self::NONE }
+    }
+
+    /// Every `sendmmsg` fails.
+    pub fn mmsg_refused() -> Self {
+        Self { mmsg_refused: true, ..Self::NONE }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::io::{self, IoSliceMut};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::net::SocketAddr;
 
 use porous_proto::Transmit;
@@ -10,12 +10,24 @@ use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
 
 #[cfg(feature = "fault-injection")]
 use crate::Faults;
-use crate::plan::run_length;
+use crate::plan::{lone_datagrams, run_length};
 use crate::{AsSocketRef, BATCH_SIZE, Batching, SocketRef, SocketStats};
 
 /// Bytes per receive buffer: the largest UDP payload, which is also the most a GRO buffer
 /// holds (the kernel coalesces at most 64 KB).
 const SLOT: usize = 65_536;
+
+/// The most datagrams one `sendmmsg` call takes.
+pub(crate) const MAX_MESSAGES: usize = 32;
+
+/// A way of sending several datagrams in one system call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Offload {
+    /// UDP GSO: equal-size datagrams to one destination in one buffer.
+    Gso,
+    /// `sendmmsg`: any datagrams, one message each.
+    Mmsg,
+}
 
 /// The batched IO of one UDP socket: receive buffers, the queue of datagrams to send, and
 /// what the kernel turned out to support. See the [crate docs](crate).
@@ -28,6 +40,8 @@ pub struct UdpIo {
     batching: Batching,
     /// A GSO send failed where one-by-one sends of its datagrams worked: GSO stays off.
     gso_refused: bool,
+    /// A `sendmmsg` failed where its first datagram alone went: `sendmmsg` stays off.
+    mmsg_refused: bool,
     /// `BATCH_SIZE` slots of `SLOT` bytes. Zeroed lazily by the allocator: only what the
     /// kernel writes is ever touched.
     recv_buf: Box<[u8]>,
@@ -35,10 +49,11 @@ pub struct UdpIo {
     /// Slots the last receive filled.
     filled: usize,
     queue: VecDeque<Transmit>,
-    /// Datagrams at the queue's front to send one by one: what is left of a refused GSO send.
+    /// Datagrams at the queue's front to send one by one: what is left of a refused batch.
     singles: usize,
-    /// The next one-by-one send after a refused GSO send tells whose fault it was.
-    probing: bool,
+    /// The batching whose send was refused: the next one-by-one send tells whether it or
+    /// the destination was at fault.
+    probing: Option<Offload>,
     gso_buf: Vec<u8>,
     stats: SocketStats,
     #[cfg(feature = "fault-injection")]
@@ -67,12 +82,13 @@ impl UdpIo {
             state,
             batching,
             gso_refused: false,
+            mmsg_refused: false,
             recv_buf: vec![0; SLOT * BATCH_SIZE].into_boxed_slice(),
             metas: vec![RecvMeta::default(); BATCH_SIZE],
             filled: 0,
             queue: VecDeque::new(),
             singles: 0,
-            probing: false,
+            probing: None,
             gso_buf: Vec::new(),
             stats: SocketStats::default(),
             #[cfg(feature = "fault-injection")]
@@ -101,6 +117,16 @@ impl UdpIo {
     /// quinn-udp's figure (64 on Linux).
     pub fn max_segments(&self) -> usize {
         if self.batching.gso && !self.gso_refused { self.state.max_gso_segments().max(1) } else { 1 }
+    }
+
+    /// The most datagrams one `sendmmsg` may carry now: 1 where it does not exist (it is
+    /// Linux's), is switched off by [`Batching::send_batch`], or was refused at send time.
+    pub fn max_messages(&self) -> usize {
+        if cfg!(target_os = "linux") && !self.mmsg_refused {
+            self.batching.send_batch.clamp(1, MAX_MESSAGES)
+        } else {
+            1
+        }
     }
 
     /// The most datagrams the kernel may coalesce into one receive buffer (64 with GRO,
@@ -169,39 +195,56 @@ impl UdpIo {
         self.queue.len()
     }
 
-    /// Sends queued datagrams, oldest first, coalescing runs for GSO, until the queue is
-    /// empty (`Ok`) or the socket would block (`Err` of kind `WouldBlock`; the rest stays
-    /// queued, in order). Any other error drops only the datagrams of the send that failed
-    /// (one destination's), counts them in [`SocketStats::send_errors`], and sending goes
-    /// on.
+    /// Sends queued datagrams, oldest first, until the queue is empty (`Ok`) or the socket
+    /// would block (`Err` of kind `WouldBlock`; the rest stays queued, in order). Runs of
+    /// equal-size datagrams to one destination go out by GSO, the datagrams between them
+    /// by `sendmmsg`, where the kernel has them. Any other error drops only the datagrams
+    /// of the send that failed (one destination's), counts them in
+    /// [`SocketStats::send_errors`], and sending goes on. A batched send that fails is
+    /// retried datagram by datagram, and if that works the batching is switched off.
     pub fn send(&mut self, socket: SocketRef<'_>) -> io::Result<()> {
         while !self.queue.is_empty() {
-            let count = if self.singles > 0 { 1 } else { run_length(&self.queue, self.max_segments()) };
-            match self.send_front(socket, count) {
-                Ok(()) => {
-                    if self.probing {
-                        // The datagrams go through one by one: GSO was what failed.
-                        self.gso_refused = true;
-                        self.probing = false;
+            let (count, offload) = self.plan();
+            let result = match offload {
+                Some(Offload::Mmsg) => self.send_mmsg(socket, count),
+                _ => self.send_front(socket, count).map(|()| count),
+            };
+            match result {
+                Ok(sent) => {
+                    self.singles = self.singles.saturating_sub(sent);
+                    if let Some(refused) = self.probing.take() {
+                        // The datagram goes through alone: the batching was what failed.
+                        // It is off from now on, and the rest may go by the other one.
+                        match refused {
+                            Offload::Gso => self.gso_refused = true,
+                            Offload::Mmsg => self.mmsg_refused = true,
+                        }
+                        self.singles = 0;
                     }
-                    self.singles = self.singles.saturating_sub(1);
-                    self.queue.drain(..count);
-                    self.stats.sent += count as u64;
+                    self.queue.drain(..sent);
+                    self.stats.sent += sent as u64;
                     self.stats.send_calls += 1;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.stats.would_block += 1;
                     return Err(e);
                 }
-                Err(_) if count > 1 => {
+                Err(_) if offload == Some(Offload::Gso) => {
                     // Send the batch's datagrams one by one; the first tells whether the
                     // offload or the destination failed.
-                    self.stats.gso_fallbacks += 1;
+                    self.stats.send_fallbacks += 1;
                     self.singles = count;
-                    self.probing = true;
+                    self.probing = Some(Offload::Gso);
+                }
+                Err(_) if offload == Some(Offload::Mmsg) => {
+                    // `sendmmsg` reports an error only for its first message (later ones
+                    // end the call early): send that one alone to learn whose fault it is.
+                    self.stats.send_fallbacks += 1;
+                    self.singles = 1;
+                    self.probing = Some(Offload::Mmsg);
                 }
                 Err(_) => {
-                    self.probing = false;
+                    self.probing = None;
                     self.singles = self.singles.saturating_sub(1);
                     self.queue.pop_front();
                     self.stats.send_errors += 1;
@@ -209,6 +252,69 @@ impl UdpIo {
             }
         }
         Ok(())
+    }
+
+    /// How many datagrams the next send takes, and how.
+    fn plan(&self) -> (usize, Option<Offload>) {
+        if self.singles > 0 {
+            return (1, None);
+        }
+        let segments = self.max_segments();
+        let run = run_length(&self.queue, segments);
+        if run > 1 {
+            return (run, Some(Offload::Gso));
+        }
+        match lone_datagrams(&self.queue, segments, self.max_messages()) {
+            lone if lone > 1 => (lone, Some(Offload::Mmsg)),
+            _ => (1, None),
+        }
+    }
+
+    /// One `sendmmsg` for the first `count` queued datagrams, one message each. Returns
+    /// how many the kernel took (at least 1), or the error of the first.
+    #[cfg(target_os = "linux")]
+    fn send_mmsg(&mut self, socket: SocketRef<'_>, count: usize) -> io::Result<usize> {
+        use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
+
+        let mut count = count;
+        #[cfg(feature = "fault-injection")]
+        {
+            if self.faults.mmsg_refused {
+                return Err(io::Error::from(io::ErrorKind::Unsupported));
+            }
+            // As the kernel does: the call ends before the failing message, or fails with it.
+            if let Some(at) = self.queue.iter().take(count).position(|t| Some(t.remote) == self.faults.unreachable) {
+                if at == 0 {
+                    return Err(io::Error::from(io::ErrorKind::PermissionDenied));
+                }
+                count = at;
+            }
+        }
+        let transmits: Vec<&Transmit> = self.queue.iter().take(count).collect();
+        let addrs: Vec<SocketAddrAny> = transmits.iter().map(|t| SocketAddrAny::from(t.remote)).collect();
+        let iovs: Vec<[IoSlice<'_>; 1]> = transmits.iter().map(|t| [IoSlice::new(&t.payload)]).collect();
+        let mut controls: Vec<SendAncillaryBuffer<'_, '_, '_>> =
+            (0..count).map(|_| SendAncillaryBuffer::default()).collect();
+        let mut messages: Vec<MMsgHdr<'_>> = addrs
+            .iter()
+            .zip(&iovs)
+            .zip(controls.iter_mut())
+            .map(|((addr, iov), control)| MMsgHdr::new_with_addr(addr, iov, control))
+            .collect();
+        loop {
+            match rustix::net::sendmmsg(socket, &mut messages, SendFlags::empty()) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(sent) => return Ok(sent),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// No `sendmmsg` here: [`UdpIo::max_messages`] is 1, so this is never called.
+    #[cfg(not(target_os = "linux"))]
+    fn send_mmsg(&mut self, _socket: SocketRef<'_>, _count: usize) -> io::Result<usize> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 
     /// One send system call for the first `count` queued datagrams.

@@ -12,13 +12,17 @@
 //! - **Send**: [`UdpIo::push`] queues the core's [`Transmit`]s in order, and
 //!   [`UdpIo::send`] coalesces each run of consecutive, equal-size datagrams to one
 //!   destination (the last one may be shorter) into a single UDP GSO send (Linux 4.18+),
-//!   up to [`UdpIo::max_segments`] datagrams and 64 KB.
+//!   up to [`UdpIo::max_segments`] datagrams and 64 KB. The datagrams that form no such
+//!   run (a server's one datagram per peer per tick) go out together in one `sendmmsg`
+//!   (Linux), up to [`UdpIo::max_messages`] per call, through `rustix`'s safe wrapper:
+//!   quinn-udp batches per destination only.
 //!
 //! Where the kernel lacks an offload, quinn-udp reports so and this crate sends and
-//! receives one datagram per call instead, silently. Where an offload is announced but
-//! fails at send time (some drivers refuse GSO with `EIO` or `EINVAL`), the batch is sent
-//! again datagram by datagram and GSO is switched off for the socket. [`Batching::NONE`]
-//! forces the fallback paths, for tests and for systems where an offload misbehaves.
+//! receives one datagram per call instead, silently. Where a batched send is refused at
+//! send time (some drivers refuse GSO with `EIO` or `EINVAL`; a sandbox may forbid
+//! `sendmmsg`), its datagrams are sent again one by one, and if that works the batching is
+//! switched off for the socket. [`Batching::NONE`] forces the fallback paths, for tests
+//! and for systems where an offload misbehaves.
 //!
 //! # Faults stay where they belong
 //!
@@ -132,13 +136,17 @@ pub struct Batching {
     /// [`BATCH_SIZE`], 0 as 1). A kernel with GRO may still put several datagrams of one
     /// sender in a buffer when the sender used GSO; they are handed out one by one.
     pub recv_batch: usize,
+    /// Datagrams per `sendmmsg` call (Linux), for those that GSO does not take (to
+    /// different destinations, or of different sizes): 1 to 32 (larger values count as
+    /// 32, 0 as 1, which means no `sendmmsg`).
+    pub send_batch: usize,
 }
 
 impl Batching {
     /// Every batching the kernel offers.
-    pub const FULL: Self = Self { gso: true, recv_batch: BATCH_SIZE };
+    pub const FULL: Self = Self { gso: true, recv_batch: BATCH_SIZE, send_batch: 32 };
     /// One datagram per send call and one receive buffer per call.
-    pub const NONE: Self = Self { gso: false, recv_batch: 1 };
+    pub const NONE: Self = Self { gso: false, recv_batch: 1, send_batch: 1 };
 }
 
 impl Default for Batching {
@@ -168,6 +176,7 @@ pub struct SocketStats {
     /// Receive errors other than `WouldBlock` (such as an ICMP "port unreachable" some
     /// systems report on UDP sockets).
     pub recv_errors: u64,
-    /// GSO sends the socket refused, whose datagrams were then sent one by one.
-    pub gso_fallbacks: u64,
+    /// Batched sends (GSO or `sendmmsg`) the socket refused, whose datagrams were then
+    /// sent one by one.
+    pub send_fallbacks: u64,
 }

@@ -1,4 +1,5 @@
-//! Which queued datagrams go out together in one GSO send.
+//! Which queued datagrams go out together: in one GSO send (a run of equal-size datagrams
+//! to one destination), or in one `sendmmsg` (datagrams that form no such run).
 
 use std::collections::VecDeque;
 
@@ -8,19 +9,24 @@ use porous_proto::Transmit;
 /// can carry (the kernel checks the whole batch against it), with room to spare.
 pub(crate) const MAX_GSO_BYTES: usize = 64_000;
 
-/// How many datagrams from the front of `queue` one send takes: the front one, and then
+/// How many datagrams from the front of `queue` one GSO send takes: the front one, and then
 /// the following ones while they go to the same destination, have the front one's size
 /// (the last may be shorter, and ends the run), and fit `max_segments` and
 /// [`MAX_GSO_BYTES`]. 0 for an empty queue.
 pub(crate) fn run_length(queue: &VecDeque<Transmit>, max_segments: usize) -> usize {
-    let Some(first) = queue.front() else { return 0 };
+    run_at(queue, 0, max_segments)
+}
+
+/// [`run_length`] for the datagrams from `start` on.
+fn run_at(queue: &VecDeque<Transmit>, start: usize, max_segments: usize) -> usize {
+    let Some(first) = queue.get(start) else { return 0 };
     let segment = first.payload.len();
     if segment == 0 || segment > usize::from(u16::MAX) {
         return 1;
     }
     let mut total = segment;
     let mut count = 1;
-    for next in queue.iter().skip(1) {
+    for next in queue.iter().skip(start + 1) {
         let len = next.payload.len();
         if count >= max_segments || next.remote != first.remote || len == 0 || len > segment {
             break;
@@ -33,6 +39,17 @@ pub(crate) fn run_length(queue: &VecDeque<Transmit>, max_segments: usize) -> usi
         if len < segment {
             break;
         }
+    }
+    count
+}
+
+/// How many datagrams from the front of `queue` one `sendmmsg` takes: those, up to
+/// `max_messages`, that would each go alone anyway (none starts a GSO run of two or more).
+/// At least 1 for a non-empty queue whose front datagram goes alone; 0 when it starts a run.
+pub(crate) fn lone_datagrams(queue: &VecDeque<Transmit>, max_segments: usize, max_messages: usize) -> usize {
+    let mut count = 0;
+    while count < max_messages.min(queue.len()) && run_at(queue, count, max_segments) == 1 {
+        count += 1;
     }
     count
 }
@@ -72,6 +89,20 @@ mod tests {
         assert_eq!(run_length(&queue(&[(1, 100), (1, 100), (1, 101)]), 64), 2);
         assert_eq!(run_length(&queue(&[(1, 100), (2, 100), (1, 100)]), 64), 1);
         assert_eq!(run_length(&queue(&[(1, 100), (1, 0)]), 64), 1);
+    }
+
+    #[test]
+    fn lone_datagrams_are_those_that_start_no_run() {
+        // Alternating destinations: nothing to coalesce, all go in one sendmmsg.
+        let q = queue(&[(1, 100), (2, 100), (1, 100), (2, 100)]);
+        assert_eq!(lone_datagrams(&q, 64, 32), 4);
+        assert_eq!(lone_datagrams(&q, 64, 3), 3);
+        // A run starts at the third: the first two go together, then the run by GSO.
+        let q = queue(&[(1, 100), (2, 50), (3, 70), (3, 70), (3, 70)]);
+        assert_eq!(lone_datagrams(&q, 64, 32), 2);
+        assert_eq!(lone_datagrams(&q, 1, 32), 5, "without GSO every datagram goes alone");
+        assert_eq!(lone_datagrams(&queue(&[(1, 100), (1, 100)]), 64, 32), 0);
+        assert_eq!(lone_datagrams(&queue(&[]), 64, 32), 0);
     }
 
     #[test]

@@ -73,7 +73,7 @@ fn equal_datagrams_to_one_destination_leave_in_few_calls_and_arrive_in_order() {
     assert_eq!(got.into_iter().map(|(_, d)| d).collect::<Vec<_>>(), sent);
 
     let (s, r) = (tx_io.stats(), rx_io.stats());
-    assert_eq!((s.sent, s.send_errors, s.gso_fallbacks), (200, 0, 0));
+    assert_eq!((s.sent, s.send_errors, s.send_fallbacks), (200, 0, 0));
     assert_eq!(r.received, 200);
     if tx_io.max_segments() > 1 {
         // 64 segments of 1,000 bytes fit in 64,000 bytes: 4 calls.
@@ -216,8 +216,10 @@ fn a_refused_gso_send_falls_back_to_single_datagrams_for_good() {
     let got: Vec<_> = receive(&rx, &mut rx_io, sent.len()).into_iter().map(|(_, d)| d).collect();
     assert_eq!(got, sent);
     let s = tx_io.stats();
-    assert_eq!((s.sent, s.send_calls, s.send_errors, s.gso_fallbacks), (100, 100, 0, 1), "{s:?}");
+    assert_eq!((s.sent, s.send_errors, s.send_fallbacks), (100, 0, 1), "{s:?}");
     assert_eq!(tx_io.max_segments(), 1);
+    // The first datagram alone, then the rest by sendmmsg where there is one.
+    assert_eq!(s.send_calls, 1 + 99u64.div_ceil(tx_io.max_messages() as u64), "{s:?}");
 }
 
 #[test]
@@ -241,4 +243,91 @@ fn the_socket_gets_the_buffers_the_kernel_allows() {
     let plain = UdpSocket::bind("127.0.0.1:0").unwrap();
     let (plain_recv, plain_send) = porous_udp::socket_buffers(&plain).unwrap();
     assert!(recv >= plain_recv && send >= plain_send);
+}
+
+/// `n` receiving sockets.
+fn receivers(n: usize) -> Vec<(UdpSocket, UdpIo)> {
+    (0..n).map(|_| open(Batching::FULL)).collect()
+}
+
+/// One datagram to each of `rx` (sizes differ, so GSO takes none of them), with `odd` in
+/// the middle, which the kernel refuses; checks every receiver got its own.
+fn fan_out(tx: &UdpSocket, tx_io: &mut UdpIo, rx: &mut [(UdpSocket, UdpIo)], odd: Option<SocketAddr>) {
+    for (i, (socket, _)) in rx.iter().enumerate() {
+        push(tx_io, socket.local_addr().unwrap(), datagram(i as u8, i as u32, 200 + i));
+        if i == rx.len() / 2
+            && let Some(odd) = odd
+        {
+            push(tx_io, odd, datagram(99, 0, 77));
+        }
+    }
+    send_all(tx, tx_io);
+    for (i, (socket, io)) in rx.iter_mut().enumerate() {
+        let got = receive(socket, io, 1);
+        assert_eq!(got[0].1, datagram(i as u8, i as u32, 200 + i), "receiver {i}");
+    }
+}
+
+#[test]
+fn datagrams_to_many_destinations_leave_together_by_sendmmsg() {
+    let (tx, mut tx_io) = open(Batching::FULL);
+    let mut rx = receivers(40);
+    fan_out(&tx, &mut tx_io, &mut rx, None);
+    let s = tx_io.stats();
+    assert_eq!((s.sent, s.send_errors, s.send_fallbacks), (40, 0, 0));
+    if cfg!(target_os = "linux") {
+        assert_eq!(tx_io.max_messages(), 32);
+        assert_eq!(s.send_calls, 2, "32 + 8: {s:?}");
+    } else {
+        assert_eq!(s.send_calls, 40);
+    }
+
+    // Forced off: one call each.
+    tx_io.set_batching(Batching::NONE);
+    assert_eq!(tx_io.max_messages(), 1);
+    fan_out(&tx, &mut tx_io, &mut rx, None);
+    assert_eq!(tx_io.stats().send_calls - s.send_calls, 40);
+}
+
+/// A real kernel error inside a `sendmmsg` batch (a broadcast address without
+/// `SO_BROADCAST`): the call ends before it, the datagram is tried alone and dropped, and
+/// the rest go on, batched as before.
+#[test]
+fn a_refused_destination_inside_a_sendmmsg_batch_costs_only_its_datagram() {
+    let (tx, mut tx_io) = open(Batching::FULL);
+    let mut rx = receivers(40);
+    let broadcast = SocketAddr::from(([255, 255, 255, 255], 9));
+    fan_out(&tx, &mut tx_io, &mut rx, Some(broadcast));
+    let s = tx_io.stats();
+    assert_eq!((s.sent, s.send_errors), (40, 1), "{s:?}");
+    assert_eq!(tx_io.max_messages(), if cfg!(target_os = "linux") { 32 } else { 1 });
+}
+
+#[test]
+fn an_injected_unreachable_destination_inside_a_sendmmsg_batch_costs_only_its_datagram() {
+    let (tx, mut tx_io) = open(Batching::FULL);
+    let mut rx = receivers(40);
+    let (dead, _dead_io) = open(Batching::FULL);
+    let dead = dead.local_addr().unwrap();
+    tx_io.inject(Faults::unreachable(dead));
+    fan_out(&tx, &mut tx_io, &mut rx, Some(dead));
+    let s = tx_io.stats();
+    assert_eq!((s.sent, s.send_errors), (40, 1), "{s:?}");
+}
+
+/// A kernel (or sandbox) that refuses `sendmmsg`: the first datagram goes alone, and from
+/// then on every datagram does; nothing is lost.
+#[test]
+fn a_refused_sendmmsg_falls_back_to_single_datagrams_for_good() {
+    let (tx, mut tx_io) = open(Batching::FULL);
+    if tx_io.max_messages() == 1 {
+        eprintln!("no sendmmsg here: the fallback is the only path, tested elsewhere");
+        return;
+    }
+    tx_io.inject(Faults::mmsg_refused());
+    let mut rx = receivers(40);
+    fan_out(&tx, &mut tx_io, &mut rx, None);
+    let s = tx_io.stats();
+    assert_eq!((s.sent, s.send_calls, s.send_errors, s.send_fallbacks), (40, 40, 0, 1), "{s:?}");
+    assert_eq!(tx_io.max_messages(), 1);
 }
