@@ -7,13 +7,13 @@
 use std::error::Error;
 
 use async_std::task;
-use porous_async_std::{Host, HostConfig, Peer, SendMode};
+use porous_async_std::{Host, HostConfig, Packet, Peer, SendMode};
 
 /// Sends every packet back on the channel it came on, until the client disconnects.
 async fn echo(peer: Peer) {
     loop {
         match peer.recv().await {
-            Ok((channel, data)) => {
+            Ok(Packet { channel, data, .. }) => {
                 if let Err(e) = peer.send(channel, data, SendMode::Reliable) {
                     eprintln!("server: cannot echo to {}: {e}", peer.remote());
                 }
@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             peer.send(channel, text.as_bytes().to_vec(), mode)?;
         }
         for _ in messages {
-            let (channel, data) = peer.recv().await?;
+            let Packet { channel, data, .. } = peer.recv().await?;
             println!("client: echo on channel {channel}: {}", String::from_utf8_lossy(&data));
         }
         let rtt = peer.stats().map(|s| s.rtt).unwrap_or_default();

@@ -1,11 +1,11 @@
 //! POROUS on async-std: a [`Host`] you can `.await`.
 //!
-//! [`Host::bind`] opens a UDP socket and spawns one *driver* task that owns it and the
-//! sans-IO protocol core ([`porous_proto::Host`]). The driver wakes on datagrams, on
-//! calls from handles and at the core's next deadline; it feeds the core, steps it, sends
-//! its datagrams and routes its events. [`Host`] and [`Peer`] are cheap cloneable handles
-//! to it. All protocol behaviour lives in the core: this crate is sockets, timers,
-//! wake-ups and queues.
+//! [`Host::bind`] opens a UDP socket and spawns one *driver* task (with
+//! `async_std::task::spawn`) that owns it and the sans-IO protocol core
+//! ([`porous_proto::Host`](proto::Host)). [`Host`] and [`Peer`] are cheap cloneable handles to it. The
+//! driver and the handles are [`porous_async`]'s, written once for every runtime; this
+//! crate only binds them to async-std, and its API is the same as `porous-tokio`'s and
+//! `porous-smol`'s.
 //!
 //! ```
 //! use porous_async_std::{Host, HostConfig, SendMode};
@@ -23,8 +23,8 @@
 //!     let to_client = accepting.await?;
 //!
 //!     to_server.send(2, &b"hello"[..], SendMode::Reliable)?;
-//!     let (channel, data) = to_client.recv().await?;
-//!     assert_eq!((channel, &data[..]), (2, &b"hello"[..]));
+//!     let packet = to_client.recv().await?;
+//!     assert_eq!((packet.channel, packet.mode, &packet.data[..]), (2, SendMode::Reliable, &b"hello"[..]));
 //!
 //!     // Flushes what was sent, then completes the disconnection handshake.
 //!     to_server.disconnect().await;
@@ -33,133 +33,119 @@
 //! # }
 //! ```
 //!
-//! # Queues and backpressure
-//!
-//! Every queue between the driver and the handles is bounded:
-//!
-//! - Each connection has a delivery queue of [`DELIVERY_QUEUE`] packets, read by
-//!   [`Peer::recv`]. When it is full, an **unreliable** packet is dropped and counted
-//!   ([`DeliveryStats::unreliable_dropped`]). A **reliable or passive** packet is never
-//!   dropped: the driver holds it back and, until the held packets fit in the queue,
-//!   leaves that peer's datagrams unread ([`DeliveryStats::datagrams_deferred`]), so what
-//!   it holds is at most what one datagram completes (its own packets and those the core
-//!   had buffered for that peer, which `max_reassembly_bytes` bounds). The remote sees
-//!   this as loss and resends reliable and passive data later, so a slow consumer slows
-//!   its own sender and no one else. A consumer that stops reading for longer than the
-//!   peer timeout loses the connection to [`DisconnectReason::Timeout`]; one that keeps
-//!   reading loses nothing.
-//! - Established incoming connections wait for [`Host::accept`] in a backlog of
-//!   [`ACCEPT_BACKLOG`]. When it is full, or no [`Host`] handle is left to accept, a new
-//!   connection is ended at once with [`porous_proto::Host::disconnect_now`] (the remote
-//!   sees [`DisconnectReason::Remote`]). So are connections still queued when the last
-//!   `Host` handle is dropped.
-//! - [`Peer::send`] is synchronous and returns the core's [`SendError`]; its per-channel
-//!   queue limit (`max_queued_bytes`) is the send-side bound, reported as
-//!   [`SendError::QueueFull`].
-//!
-//! # Lifetime
-//!
-//! The driver runs while any handle exists: a [`Host`] or a [`Peer`] (a live `Peer` keeps
-//! its connection, and so the driver, running). Dropping the last handle of a connection
-//! disconnects it gracefully, like [`Peer::disconnect`] without the wait. When the last
-//! handle of all is dropped the driver ends every connection with `disconnect_now` (the
-//! remotes are told, best effort), sends those datagrams, closes the socket and returns.
-//! To flush pending packets first, await [`Peer::disconnect`] before dropping.
+//! Every queue between the driver and the handles is bounded, a slow reader slows only its
+//! own sender, and the driver stops once the last handle is dropped: see
+//! [`porous_async`'s documentation](porous_async#queues-and-backpressure).
 //!
 //! # async-std and smol
 //!
-//! async-std is discontinued upstream (RUSTSEC-2025-0052); its successor is smol. This
-//! crate uses only its UDP socket, timers, channels and `task::spawn`, all thin layers
-//! over the `async-io` and `async-channel` crates that smol is built from, so the
-//! handles' futures run under any executor, `smol::block_on` included (a test proves it).
+//! async-std is discontinued upstream (RUSTSEC-2025-0052); its successor is smol, and
+//! `porous-smol` is the same API without async-std. This crate uses async-std only to
+//! spawn the driver; the socket and the timer are those of `async-io`, the reactor
+//! async-std itself runs on. The handles' futures run under any executor,
+//! `smol::block_on` included (a test proves it).
+#![forbid(unsafe_code)]
 
-mod driver;
-mod handle;
-
-use std::fmt;
+use std::future::Future;
 use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::time::Instant;
 
-pub use bytes::Bytes;
-pub use handle::{Host, Peer};
-pub use porous_proto::{
-    ChannelConfig, ConfigError, ConnectError, DisconnectReason, HostConfig, HostStats, Mismatch, PeerConfig, PeerId,
-    PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart, TransferStats,
+#[cfg(feature = "fault-injection")]
+pub use porous_async::Faults;
+use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
+use porous_async::runtime::{AsyncTimer, AsyncUdpSocket, Runtime};
+pub use porous_async::{
+    ACCEPT_BACKLOG, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE, DeliveryStats,
+    DisconnectReason, Disconnected, Error, Event, HostConfig, HostStats, MemoryUsage, Mismatch, Packet, Peer,
+    PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SendError, SendMode, SequenceStart, SocketStats,
+    TransferStats, Transmit, proto,
 };
 
-/// Packets each connection's delivery queue holds for [`Peer::recv`].
-pub const DELIVERY_QUEUE: usize = 256;
+/// The async-std runtime for [`porous_async`]: drivers spawned with
+/// `async_std::task::spawn`, sockets and timers on the `async-io` reactor. [`Host::bind`]
+/// uses it; pass it to [`porous_async::Host::bind_with`] to get a runtime-independent
+/// handle.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AsyncStdRuntime;
 
-/// Established incoming connections that wait for [`Host::accept`].
-pub const ACCEPT_BACKLOG: usize = 256;
+impl Runtime for AsyncStdRuntime {
+    fn spawn(&self, driver: Pin<Box<dyn Future<Output = ()> + Send>>) {
+        // Detached: the driver ends by itself once every handle is gone.
+        drop(async_std::task::spawn(driver));
+    }
 
-/// The kernel receive and send buffer size the host's socket asks for, in bytes, as in
-/// `porous-mio`: the defaults (208 KiB on Linux) overflow when a LAN transfer's congestion
-/// window outgrows them. The kernel may grant less (Linux caps it at `net.core.rmem_max`
-/// and `wmem_max`), and the host then keeps what it has.
-pub const SOCKET_BUFFER: usize = 1 << 20;
+    fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn AsyncTimer>> {
+        Box::pin(AsyncIoTimer::at(deadline))
+    }
 
-/// Why [`Host::bind`], [`Host::connect`] or [`Host::accept`] failed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Error {
-    /// The socket could not be bound or queried.
-    Io(io::Error),
-    /// The configuration is invalid.
-    Config(ConfigError),
-    /// The core refused to start the connection attempt.
-    Connect(ConnectError),
-    /// The connection attempt failed (timed out, refused, or incompatible).
-    Failed(DisconnectReason),
-    /// The driver task has stopped. It stops on its own only if it panicked.
-    Stopped,
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Io(e) => write!(f, "socket error: {e}"),
-            Self::Config(e) => write!(f, "invalid configuration: {e}"),
-            Self::Connect(e) => write!(f, "cannot connect: {e}"),
-            Self::Failed(reason) => write!(f, "connection attempt failed: {reason}"),
-            Self::Stopped => f.write_str("the POROUS driver task has stopped"),
-        }
+    fn wrap_udp_socket(&self, socket: std::net::UdpSocket) -> io::Result<Box<dyn AsyncUdpSocket>> {
+        Ok(Box::new(AsyncIoSocket::new(socket)?))
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Io(e) => Some(e),
-            Self::Config(e) => Some(e),
-            Self::Connect(e) => Some(e),
-            Self::Failed(_) | Self::Stopped => None,
-        }
+/// A POROUS host: one UDP socket and its connections, driven by a background task.
+///
+/// Cheap to clone; every clone is a handle to the same host. See
+/// [`porous_async::Host`], which this wraps, for the queues and the driver's lifetime.
+#[derive(Clone, Debug)]
+pub struct Host(porous_async::Host);
+
+impl Host {
+    /// Binds a UDP socket to `addr` (port 0 picks a free one; a name is resolved with the
+    /// system resolver and the first address that binds is used) and spawns the driver
+    /// task with `async_std::task::spawn`. The core's random generator is seeded from the
+    /// OS.
+    pub async fn bind(addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
+        porous_async::Host::bind_with(&AsyncStdRuntime, addr, config).map(Self)
+    }
+
+    /// The address the socket is bound to (with the port the OS picked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.0.local_addr()
+    }
+
+    /// Connects to `remote`; see [`porous_async::Host::connect`].
+    pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
+        self.0.connect(remote).await
+    }
+
+    /// The next established incoming connection; see [`porous_async::Host::accept`].
+    pub async fn accept(&self) -> Result<Peer, Error> {
+        self.0.accept().await
+    }
+
+    /// The core's counters of this host.
+    pub fn stats(&self) -> HostStats {
+        self.0.stats()
+    }
+
+    /// The socket's counters, as of the driver's last round.
+    pub fn socket_stats(&self) -> SocketStats {
+        self.0.socket_stats()
+    }
+
+    /// Changes the socket's batching; see [`porous_async::Host::set_batching`].
+    pub fn set_batching(&self, batching: Batching) {
+        self.0.set_batching(batching);
+    }
+
+    /// Makes the socket fail on purpose (feature `fault-injection`); see
+    /// [`porous_async::Host::inject_faults`].
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_faults(&self, faults: Faults) {
+        self.0.inject_faults(faults);
+    }
+
+    /// The runtime-independent handle this wraps.
+    pub fn as_async(&self) -> &porous_async::Host {
+        &self.0
     }
 }
 
-/// The error of [`Peer::recv`]: the connection has ended, and why. Packets that arrived
-/// before the end are all returned first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Disconnected(pub DisconnectReason);
-
-impl fmt::Display for Disconnected {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the connection has ended: {}", self.0)
+impl From<Host> for porous_async::Host {
+    fn from(host: Host) -> Self {
+        host.0
     }
-}
-
-impl std::error::Error for Disconnected {}
-
-/// Counters of a connection's delivery queue (this crate's side; the connection's own
-/// counters are in [`PeerStats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeliveryStats {
-    /// Packets waiting in the queue for [`Peer::recv`].
-    pub queued: usize,
-    /// Unreliable packets dropped because the queue was full.
-    pub unreliable_dropped: u64,
-    /// Datagrams from the peer left unread while reliable or passive packets waited for
-    /// room in the queue; the remote resends the reliable and passive data they carried.
-    pub datagrams_deferred: u64,
 }

@@ -12,8 +12,8 @@ use async_std::future::timeout;
 use async_std::net::UdpSocket;
 use async_std::task;
 use porous_async_std::{
-    ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Host, HostConfig, Peer, PeerState, SendError,
-    SendMode,
+    ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, Peer, PeerState,
+    SendError, SendMode,
 };
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -86,9 +86,9 @@ fn connects_accepts_and_exchanges_packets_both_ways() {
         assert_eq!(server.stats().accepted, 1);
 
         to_server.send(1, &b"ping"[..], SendMode::Reliable).unwrap();
-        assert_eq!(to_client.recv().await.unwrap(), (1, "ping".into()));
+        assert_eq!(to_client.recv().await.unwrap(), Packet::new(1, SendMode::Reliable, "ping"));
         to_client.send(3, b"pong".to_vec(), SendMode::Reliable).unwrap();
-        assert_eq!(to_server.recv().await.unwrap(), (3, "pong".into()));
+        assert_eq!(to_server.recv().await.unwrap(), Packet::new(3, SendMode::Reliable, "pong"));
         assert_eq!(to_server.disconnect().await, DisconnectReason::Local);
         assert_eq!(to_client.recv().await, Err(Disconnected(DisconnectReason::Remote)));
     });
@@ -149,10 +149,11 @@ fn all_three_modes_on_several_channels_arrive_intact_in_order() {
         let mut reliable = [0u32; CHANNELS];
         let mut others = 0;
         while last.iter().any(|l| *l != Some(PER_CHANNEL)) {
-            let (channel, data) = to_client.recv().await.unwrap();
+            let Packet { channel, data, mode: sent_as, .. } = to_client.recv().await.unwrap();
             let (index, mode) = check(channel, &data);
             assert!(last[channel].is_none_or(|l| index > l), "channel {channel}: {index} after {last:?}");
             assert_eq!(mode, if index == PER_CHANNEL { 0 } else { mode_byte(MODES[index as usize % 3]) });
+            assert_eq!(mode_byte(sent_as), mode, "recv reports the mode the packet was sent with");
             if mode == 0 {
                 assert_eq!(index, reliable[channel] * 3, "a reliable packet is missing on channel {channel}");
                 reliable[channel] += 1;
@@ -180,7 +181,7 @@ fn large_packets_are_fragmented_and_reassembled() {
         }
         let mut got = Vec::new();
         for _ in &sizes {
-            let (channel, data) = to_client.recv().await.unwrap();
+            let Packet { channel, data, .. } = to_client.recv().await.unwrap();
             let (index, _) = check(channel, &data);
             assert_eq!(data.len(), index as usize + 6);
             got.push((channel, data.len()));
@@ -214,7 +215,7 @@ fn disconnect_flushes_everything_sent_first() {
         let mut next = [0u32; 4];
         loop {
             match to_client.recv().await {
-                Ok((channel, data)) => {
+                Ok(Packet { channel, data, .. }) => {
                     assert_eq!(check(channel, &data).0, next[channel] * 4 + channel as u32);
                     next[channel] += 1;
                 }
@@ -272,7 +273,7 @@ fn a_silent_remote_times_out_on_both_sides() {
         let to_server = client.connect(via).await.unwrap();
         let to_client = server.accept().await.unwrap();
         to_server.send(0, &b"through the relay"[..], SendMode::Reliable).unwrap();
-        assert_eq!(to_client.recv().await.unwrap(), (0, "through the relay".into()));
+        assert_eq!(to_client.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "through the relay"));
 
         alive.store(false, Ordering::SeqCst);
         let silent = Instant::now();
@@ -311,7 +312,7 @@ fn a_hundred_clients_on_one_server() {
                     let peer = server.accept().await.unwrap();
                     echoes.push(task::spawn(async move {
                         let mut echoed = 0;
-                        while let Ok((channel, data)) = peer.recv().await {
+                        while let Ok(Packet { channel, data, .. }) = peer.recv().await {
                             peer.send(channel, data, SendMode::Reliable).unwrap();
                             echoed += 1;
                         }
@@ -343,7 +344,7 @@ fn a_hundred_clients_on_one_server() {
                     }
                     let mut echoed = Vec::new();
                     for _ in 0..PACKETS {
-                        let (channel, data) = peer.recv().await.unwrap();
+                        let Packet { channel, data, .. } = peer.recv().await.unwrap();
                         let (index, _) = check(channel, &data);
                         assert_eq!(index as usize % PACKETS % 4, channel);
                         echoed.push(index as usize);
@@ -384,7 +385,7 @@ fn a_slow_consumer_gets_backpressure_and_counted_drops() {
         // Now read it all: every reliable packet arrives, in order.
         let (mut unreliable, mut reliable) = (0, 0);
         while reliable < RELIABLE {
-            let (channel, data) = to_client.recv().await.unwrap();
+            let Packet { channel, data, .. } = to_client.recv().await.unwrap();
             let (index, _) = check(channel, &data);
             if channel == 0 {
                 assert_eq!(index, reliable);
@@ -424,7 +425,7 @@ fn dropping_handles_during_traffic_stops_the_driver() {
 
         let mut last = None;
         for _ in 0..100 {
-            let (channel, data) = to_server.recv().await.unwrap();
+            let Packet { channel, data, .. } = to_server.recv().await.unwrap();
             let (index, _) = check(channel, &data);
             assert!(last.is_none_or(|l| index > l));
             last = Some(index);
@@ -433,7 +434,7 @@ fn dropping_handles_during_traffic_stops_the_driver() {
         let addr = client.local_addr();
         drop(client);
         for _ in 0..100 {
-            let (channel, data) = to_server.recv().await.unwrap();
+            let Packet { channel, data, .. } = to_server.recv().await.unwrap();
             let (index, _) = check(channel, &data);
             assert!(last.is_none_or(|l| index > l));
             last = Some(index);
@@ -463,7 +464,7 @@ fn unaccepted_connections_end_once_no_host_handle_is_left() {
         assert_eq!(refused.recv().await, Err(Disconnected(DisconnectReason::Remote)));
 
         accepted.send(0, &b"still here"[..], SendMode::Reliable).unwrap();
-        assert_eq!(on_server.recv().await.unwrap(), (0, "still here".into()));
+        assert_eq!(on_server.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "still here"));
     });
 }
 
@@ -480,9 +481,9 @@ fn handles_run_under_smol() {
             let (to_client, to_server) = smol::future::zip(server.accept(), client.connect(server.local_addr())).await;
             let (to_client, to_server) = (to_client.unwrap(), to_server.unwrap());
             to_server.send(1, &b"smol"[..], SendMode::Passive).unwrap();
-            assert_eq!(to_client.recv().await.unwrap(), (1, "smol".into()));
+            assert_eq!(to_client.recv().await.unwrap(), Packet::new(1, SendMode::Passive, "smol"));
             to_client.send(2, &b"ack"[..], SendMode::Reliable).unwrap();
-            assert_eq!(to_server.recv().await.unwrap(), (2, "ack".into()));
+            assert_eq!(to_server.recv().await.unwrap(), Packet::new(2, SendMode::Reliable, "ack"));
             let (left, right) = smol::future::zip(to_server.disconnect(), to_client.recv()).await;
             assert_eq!(left, DisconnectReason::Local);
             assert_eq!(right, Err(Disconnected(DisconnectReason::Remote)));

@@ -1,19 +1,37 @@
-//! Bulk reliable transfer over real UDP on 127.0.0.1 through `porous-mio`, next to a raw
-//! UDP baseline in the same run (issue 9). Prints its figures; no criterion.
+//! Bulk reliable transfer over real UDP on 127.0.0.1 through the adapters, next to raw UDP
+//! baselines, all in one run (issues 9 and 20). Prints its figures; no criterion.
 //!
-//! For 32-byte and 1,000-byte packets: a sender thread and a receiver thread, each with a
-//! standalone `porous_mio::Host` (default configuration), move N reliable packets on one
-//! channel, the sender keeping the channel's queue full (it queues until `QueueFull`, then
-//! services the host). Measured: wall time from the first send to the last delivery,
-//! goodput (payload bytes per second), and CPU time per packet (both threads, read from
-//! `/proc/thread-self/schedstat`). Then the raw baseline: plain `std::net::UdpSocket`s,
-//! one thread blasting as many datagrams of the size POROUS put on the wire (its mean data
-//! datagram) as POROUS sent, the other receiving and counting what arrives: the physical
-//! limit of this machine. Each measurement runs 5 times; the medians and the ratio
-//! POROUS / raw are printed last.
+//! For 32-byte and 1,000-byte packets, each scenario runs `--runs` times, the scenarios
+//! interleaved (A B C A B C, the order rotated each run) so that a noisy moment of the
+//! machine does not favour one of them:
+//!
+//! - `mio`: a sender thread and a receiver thread, each with a standalone
+//!   `porous_mio::Host` (default configuration, full batching), move N reliable packets on
+//!   one channel, the sender keeping the channel's queue full (it queues until
+//!   `QueueFull`, then services the host for up to 1 ms). Measured: wall time from the
+//!   first send to the last delivery, goodput (payload bytes per second), CPU time per
+//!   packet (both threads, from `/proc/thread-self/schedstat`), system calls.
+//! - `mio-nobatch`: the same with `Batching::NONE`, one system call per datagram: the
+//!   adapter as it was before batched IO.
+//! - `tokio`: the same transfer through `porous-tokio`, each end a current-thread tokio
+//!   runtime on its own thread (the driver task and the application task share it, so the
+//!   thread's CPU time is all of that end's). The sender queues until `QueueFull`, then
+//!   sleeps 1 ms (tokio's timer granularity); the receiver awaits `Peer::recv`.
+//! - `raw`: plain `std::net::UdpSocket`s, one thread blasting as many datagrams of the
+//!   size POROUS put on the wire (its mean data datagram, from the latest `mio` run) as
+//!   POROUS sent, one `send_to` each, the other receiving and counting what arrives. The
+//!   baseline of the targets: "raw UDP" is what an application gets without a protocol.
+//! - `raw-batched`: the same datagrams through `porous_udp::UdpIo` with full batching (GSO
+//!   runs of 64, `recvmmsg` with GRO): the machine's limit with the same system-call
+//!   batching as the adapters.
+//!
+//! The ratios compare each POROUS run with the raw run of the same round: CPU per message
+//! against raw UDP's CPU per datagram divided by the messages POROUS put in a datagram,
+//! and goodput against raw throughput.
 //!
 //! ```text
-//! cargo bench -p porous-mio --bench loopback [-- --small 500000 --large 200000 --runs 5]
+//! cargo bench -p porous-mio --bench loopback [-- --small 500000 --large 200000 --runs 5
+//!     --only mio,raw]
 //! ```
 //!
 //! Without `--bench` on its command line (as under `cargo test --benches`) it runs one
@@ -26,7 +44,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use porous_mio::{Event, Host, HostConfig, SendError, SendMode};
+use porous_mio::{Batching, Event, Host, HostConfig, SendError, SendMode};
+use porous_udp::{AsSocketRef, UdpIo};
 
 /// Give up on a run after this long.
 const WATCHDOG: Duration = Duration::from_secs(120);
@@ -48,71 +67,167 @@ fn thread_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// One POROUS transfer.
+fn io_error(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+/// What a scenario is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    /// porous-mio with this batching.
+    Mio(Batching),
+    /// porous-tokio, full batching.
+    Tokio,
+    /// Plain sockets, one system call per datagram.
+    Raw,
+    /// `porous_udp::UdpIo`, full batching, no protocol.
+    RawBatched,
+}
+
+impl Scenario {
+    const ALL: [Self; 5] =
+        [Self::Mio(Batching::FULL), Self::Raw, Self::Tokio, Self::Mio(Batching::NONE), Self::RawBatched];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Mio(b) if b == Batching::NONE => "mio-nobatch",
+            Self::Mio(_) => "mio",
+            Self::Tokio => "tokio",
+            Self::Raw => "raw",
+            Self::RawBatched => "raw-batched",
+        }
+    }
+
+    fn is_porous(self) -> bool {
+        matches!(self, Self::Mio(_) | Self::Tokio)
+    }
+}
+
+/// One measurement of one scenario.
 #[derive(Clone, Copy, Debug, Default)]
-struct Porous {
+struct Outcome {
     wall: Duration,
     send_cpu: Duration,
     recv_cpu: Duration,
+    /// Packets delivered (POROUS) or datagrams arrived (raw).
     delivered: u64,
-    payload_bytes: u64,
-    /// Data-direction datagrams and bytes the sender put on the wire (resends included).
+    /// Payload bytes delivered (POROUS) or datagram bytes arrived (raw).
+    bytes: u64,
+    /// Data-direction datagrams the sender put on the wire (resends included), and bytes.
     datagrams: u64,
     wire_bytes: u64,
     /// Acknowledgement-direction datagrams from the receiver.
-    ack_datagrams: u64,
-    would_block: u64,
+    acks: u64,
     resent: u64,
+    would_block: u64,
+    /// System calls that moved datagrams, both ends.
+    syscalls: u64,
+    /// Datagrams the kernel dropped for want of receive-buffer room (UDP `RcvbufErrors`,
+    /// system-wide, during the run).
+    kernel_drops: u64,
+    /// Datagrams the async adapter's driver left unread for a consumer that was behind.
+    deferred: u64,
 }
 
-impl Porous {
-    fn cpu_per_msg(&self) -> f64 {
-        (self.send_cpu + self.recv_cpu).as_nanos() as f64 / self.delivered as f64
+impl Outcome {
+    fn cpu(&self) -> Duration {
+        self.send_cpu + self.recv_cpu
     }
-    fn goodput(&self) -> f64 {
-        self.payload_bytes as f64 / self.wall.as_secs_f64()
+    fn cpu_per_item(&self) -> f64 {
+        self.cpu().as_nanos() as f64 / self.delivered.max(1) as f64
+    }
+    fn rate(&self) -> f64 {
+        self.bytes as f64 / self.wall.as_secs_f64()
     }
     fn datagram_size(&self) -> usize {
         (self.wire_bytes / self.datagrams.max(1)) as usize
     }
+    fn per_datagram(&self) -> f64 {
+        self.delivered as f64 / self.datagrams.max(1) as f64
+    }
+}
+
+/// The kernel's count of UDP datagrams dropped for a full receive buffer (Linux).
+fn kernel_drops() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut rows = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (rows.next(), rows.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn localhost() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
-/// A raw socket with the kernel buffers `porous-mio` asks for, so that the baseline
-/// differs from POROUS by the protocol alone. Returns the granted receive buffer size too.
+/// A raw socket with the kernel buffers the adapters ask for, so that the baseline differs
+/// from POROUS by the protocol alone. Returns the granted receive buffer size too.
 fn raw_socket() -> std::io::Result<(UdpSocket, usize)> {
     let socket = UdpSocket::bind(localhost())?;
     let options = socket2::SockRef::from(&socket);
-    // As in the adapter: best effort, the kernel may grant less.
+    // As in the adapters: best effort, the kernel may grant less.
     let _ = options.set_recv_buffer_size(porous_mio::SOCKET_BUFFER);
     let _ = options.set_send_buffer_size(porous_mio::SOCKET_BUFFER);
     let granted = options.recv_buffer_size()?;
     Ok((socket, granted))
 }
 
-struct RecvResult {
+/// The receiving end of a POROUS run, when it delivered the last packet.
+struct RecvEnd {
+    deferred: u64,
     last: Instant,
     cpu: Duration,
     delivered: u64,
     bytes: u64,
-    ack_datagrams: u64,
+    acks: u64,
+    syscalls: u64,
 }
 
-fn porous_receiver(
+/// The sending end of a POROUS run.
+struct SendEnd {
+    start: Instant,
+    cpu: Duration,
+    outcome: Outcome,
+}
+
+/// Both ends' threads, joined, as one outcome.
+fn join(
+    sender: thread::JoinHandle<std::io::Result<SendEnd>>,
+    receiver: thread::JoinHandle<std::io::Result<RecvEnd>>,
+) -> std::io::Result<Outcome> {
+    let s = sender.join().map_err(|_| io_error("sender panicked"))??;
+    let r = receiver.join().map_err(|_| io_error("receiver panicked"))??;
+    let mut o = s.outcome;
+    o.wall = r.last - s.start;
+    o.send_cpu = s.cpu;
+    o.recv_cpu = r.cpu;
+    o.delivered = r.delivered;
+    o.bytes = r.bytes;
+    o.acks = r.acks;
+    o.syscalls += r.syscalls;
+    o.deferred = r.deferred;
+    Ok(o)
+}
+
+fn mio_receiver(
     n: u64,
+    batching: Batching,
     addr_tx: mpsc::Sender<SocketAddr>,
     start: Arc<Barrier>,
     done: Arc<AtomicBool>,
-) -> std::io::Result<RecvResult> {
+) -> std::io::Result<RecvEnd> {
     let mut host = Host::bind(localhost(), HostConfig::default())?;
-    addr_tx.send(host.local_addr()).map_err(std::io::Error::other)?;
+    host.set_batching(batching);
+    addr_tx.send(host.local_addr()).map_err(io_error)?;
     while !matches!(host.service(Duration::from_millis(10))?, Some(Event::Connected { .. })) {}
     start.wait();
     let cpu0 = thread_cpu();
     let acks0 = host.core().stats().datagrams_sent;
+    let s0 = host.socket_stats();
     let deadline = Instant::now() + WATCHDOG;
     let (mut delivered, mut bytes) = (0u64, 0u64);
     let mut last = Instant::now();
@@ -125,38 +240,41 @@ fn porous_receiver(
                     last = Instant::now();
                 }
             }
-            Some(Event::Disconnected { reason, .. }) => return Err(std::io::Error::other(reason.to_string())),
+            Some(Event::Disconnected { reason, .. }) => return Err(io_error(reason)),
             _ => {}
         }
         if Instant::now() > deadline {
-            return Err(std::io::Error::other(format!("watchdog: {delivered} of {n} delivered")));
+            return Err(io_error(format!("watchdog: {delivered} of {n} delivered")));
         }
     }
     let cpu = thread_cpu() - cpu0;
+    let s1 = host.socket_stats();
     done.store(true, Ordering::Release);
     // Acknowledge the tail so the sender sees everything acknowledged.
     let _ = host.service(Duration::from_millis(20));
-    let ack_datagrams = host.core().stats().datagrams_sent - acks0;
-    Ok(RecvResult { last, cpu, delivered, bytes, ack_datagrams })
+    let acks = host.core().stats().datagrams_sent - acks0;
+    let syscalls = (s1.recv_calls - s0.recv_calls) + (s1.send_calls - s0.send_calls);
+    Ok(RecvEnd { deferred: 0, last, cpu, delivered, bytes, acks, syscalls })
 }
 
-fn porous_run(size: usize, n: u64) -> std::io::Result<Porous> {
+fn mio_run(batching: Batching, size: usize, n: u64) -> std::io::Result<Outcome> {
     let (addr_tx, addr_rx) = mpsc::channel();
     let start = Arc::new(Barrier::new(2));
     let done = Arc::new(AtomicBool::new(false));
     let receiver = {
         let (start, done) = (start.clone(), done.clone());
-        thread::spawn(move || porous_receiver(n, addr_tx, start, done))
+        thread::spawn(move || mio_receiver(n, batching, addr_tx, start, done))
     };
-    let sender = thread::spawn(move || -> std::io::Result<(Instant, Duration, Porous)> {
-        let remote = addr_rx.recv().map_err(std::io::Error::other)?;
+    let sender = thread::spawn(move || -> std::io::Result<SendEnd> {
+        let remote = addr_rx.recv().map_err(io_error)?;
         let mut host = Host::bind(localhost(), HostConfig::default())?;
-        let peer = host.connect(remote).map_err(std::io::Error::other)?;
+        host.set_batching(batching);
+        let peer = host.connect(remote).map_err(io_error)?;
         while !matches!(host.service(Duration::from_millis(10))?, Some(Event::Connected { .. })) {}
         let packet = Bytes::from(vec![0x5A; size]);
-        let s0 = host.core().stats();
+        let c0 = host.core().stats();
         let p0 = host.peer_stats(peer).map(|p| p.transfer.frames_resent).unwrap_or(0);
-        let w0 = host.socket_stats().would_block;
+        let s0 = host.socket_stats();
         start.wait();
         let cpu0 = thread_cpu();
         let t0 = Instant::now();
@@ -166,101 +284,222 @@ fn porous_run(size: usize, n: u64) -> std::io::Result<Porous> {
                 match host.send(peer, 0, packet.clone(), SendMode::Reliable) {
                     Ok(()) => sent += 1,
                     Err(SendError::QueueFull { .. }) => break,
-                    Err(e) => return Err(std::io::Error::other(e)),
+                    Err(e) => return Err(io_error(e)),
                 }
             }
             let _ = host.service(Duration::from_millis(1))?;
             if t0.elapsed() > WATCHDOG {
-                return Err(std::io::Error::other("watchdog: the sender gave up"));
+                return Err(io_error("watchdog: the sender gave up"));
             }
         }
         let cpu = thread_cpu() - cpu0;
-        let s1 = host.core().stats();
+        let (c1, s1) = (host.core().stats(), host.socket_stats());
         let p1 = host.peer_stats(peer).map(|p| p.transfer.frames_resent).unwrap_or(0);
-        let result = Porous {
-            datagrams: s1.datagrams_sent - s0.datagrams_sent,
-            wire_bytes: s1.bytes_sent - s0.bytes_sent,
-            would_block: host.socket_stats().would_block - w0,
+        let outcome = Outcome {
+            datagrams: c1.datagrams_sent - c0.datagrams_sent,
+            wire_bytes: c1.bytes_sent - c0.bytes_sent,
+            would_block: s1.would_block - s0.would_block,
             resent: p1 - p0,
-            ..Porous::default()
+            syscalls: (s1.send_calls - s0.send_calls) + (s1.recv_calls - s0.recv_calls),
+            ..Outcome::default()
         };
-        Ok((t0, cpu, result))
+        Ok(SendEnd { start: t0, cpu, outcome })
     });
-    let (t0, send_cpu, mut result) = sender.join().map_err(|_| std::io::Error::other("sender panicked"))??;
-    let r = receiver.join().map_err(|_| std::io::Error::other("receiver panicked"))??;
-    result.wall = r.last - t0;
-    result.send_cpu = send_cpu;
-    result.recv_cpu = r.cpu;
-    result.delivered = r.delivered;
-    result.payload_bytes = r.bytes;
-    result.ack_datagrams = r.ack_datagrams;
-    Ok(result)
+    join(sender, receiver)
 }
 
-/// One raw UDP blast.
-#[derive(Clone, Copy, Debug, Default)]
-struct Raw {
-    wall: Duration,
-    send_cpu: Duration,
-    recv_cpu: Duration,
-    sent: u64,
-    arrived: u64,
-    bytes: u64,
+/// A current-thread tokio runtime for one end of a `tokio` run.
+fn tokio_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
-impl Raw {
-    fn throughput(&self) -> f64 {
-        self.bytes as f64 / self.wall.as_secs_f64()
-    }
-    fn cpu_per_datagram(&self) -> f64 {
-        (self.send_cpu + self.recv_cpu).as_nanos() as f64 / self.arrived.max(1) as f64
-    }
-}
-
-fn raw_run(size: usize, count: u64) -> std::io::Result<Raw> {
-    let (rx, _) = raw_socket()?;
-    let (tx, _) = raw_socket()?;
-    let to = rx.local_addr()?;
-    rx.set_read_timeout(Some(Duration::from_millis(50)))?;
+fn tokio_run(size: usize, n: u64) -> std::io::Result<Outcome> {
+    let (addr_tx, addr_rx) = mpsc::channel();
     let start = Arc::new(Barrier::new(2));
     let done = Arc::new(AtomicBool::new(false));
     let receiver = {
         let (start, done) = (start.clone(), done.clone());
-        thread::spawn(move || -> (Option<Instant>, Duration, u64, u64) {
-            let mut buf = vec![0u8; 65_536];
-            start.wait();
-            let cpu0 = thread_cpu();
-            let (mut arrived, mut bytes, mut last) = (0u64, 0u64, None);
-            while arrived < count {
-                match rx.recv_from(&mut buf) {
-                    Ok((len, _)) => {
-                        arrived += 1;
-                        bytes += len as u64;
-                        last = Some(Instant::now());
+        thread::spawn(move || -> std::io::Result<RecvEnd> {
+            tokio_runtime()?.block_on(async move {
+                let host = porous_tokio::Host::bind(localhost(), HostConfig::default()).await.map_err(io_error)?;
+                addr_tx.send(host.local_addr()).map_err(io_error)?;
+                let peer = host.accept().await.map_err(io_error)?;
+                start.wait();
+                let cpu0 = thread_cpu();
+                let (acks0, s0) = (host.stats().datagrams_sent, host.socket_stats());
+                let (mut delivered, mut bytes) = (0u64, 0u64);
+                // One watchdog around the whole loop, as the mio receiver checks the time once
+                // per event rather than arming a timer per packet.
+                let receive = async {
+                    while delivered < n {
+                        let packet = peer.recv().await.map_err(io_error)?;
+                        delivered += 1;
+                        bytes += packet.data.len() as u64;
                     }
-                    // A timeout after the sender finished: the rest was lost.
-                    Err(_) if done.load(Ordering::Acquire) => break,
-                    Err(_) => {}
-                }
-            }
-            (last, thread_cpu() - cpu0, arrived, bytes)
+                    Ok::<(), std::io::Error>(())
+                };
+                tokio::time::timeout(WATCHDOG, receive)
+                    .await
+                    .map_err(|_| io_error("watchdog: the receiver gave up"))??;
+                let last = Instant::now();
+                let cpu = thread_cpu() - cpu0;
+                let s1 = host.socket_stats();
+                done.store(true, Ordering::Release);
+                // Acknowledge the tail so the sender sees everything acknowledged.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let acks = host.stats().datagrams_sent - acks0;
+                let syscalls = (s1.recv_calls - s0.recv_calls) + (s1.send_calls - s0.send_calls);
+                let deferred = peer.delivery_stats().datagrams_deferred;
+                Ok(RecvEnd { deferred, last, cpu, delivered, bytes, acks, syscalls })
+            })
         })
     };
-    let datagram = vec![0x5A; size];
+    let sender = thread::spawn(move || -> std::io::Result<SendEnd> {
+        tokio_runtime()?.block_on(async move {
+            let remote = addr_rx.recv().map_err(io_error)?;
+            let host = porous_tokio::Host::bind(localhost(), HostConfig::default()).await.map_err(io_error)?;
+            let peer = host.connect(remote).await.map_err(io_error)?;
+            let packet = Bytes::from(vec![0x5A; size]);
+            let c0 = host.stats();
+            let p0 = peer.stats().map(|p| p.transfer.frames_resent).unwrap_or(0);
+            let s0 = host.socket_stats();
+            start.wait();
+            let cpu0 = thread_cpu();
+            let t0 = Instant::now();
+            let mut sent = 0u64;
+            while !done.load(Ordering::Acquire) {
+                while sent < n {
+                    match peer.send(0, packet.clone(), SendMode::Reliable) {
+                        Ok(()) => sent += 1,
+                        Err(SendError::QueueFull { .. }) => break,
+                        Err(e) => return Err(io_error(e)),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                if t0.elapsed() > WATCHDOG {
+                    return Err(io_error("watchdog: the sender gave up"));
+                }
+            }
+            let cpu = thread_cpu() - cpu0;
+            let (c1, s1) = (host.stats(), host.socket_stats());
+            let p1 = peer.stats().map(|p| p.transfer.frames_resent).unwrap_or(0);
+            let outcome = Outcome {
+                datagrams: c1.datagrams_sent - c0.datagrams_sent,
+                wire_bytes: c1.bytes_sent - c0.bytes_sent,
+                would_block: s1.would_block - s0.would_block,
+                resent: p1 - p0,
+                syscalls: (s1.send_calls - s0.send_calls) + (s1.recv_calls - s0.recv_calls),
+                ..Outcome::default()
+            };
+            Ok(SendEnd { start: t0, cpu, outcome })
+        })
+    });
+    join(sender, receiver)
+}
+
+/// The raw baselines: `count` datagrams of `size` bytes, blasted.
+fn raw_run(batched: bool, size: usize, count: u64) -> std::io::Result<Outcome> {
+    let (rx, _) = raw_socket()?;
+    let (tx, _) = raw_socket()?;
+    let to = rx.local_addr()?;
+    let start = Arc::new(Barrier::new(2));
+    let done = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let (start, done) = (start.clone(), done.clone());
+        thread::spawn(move || -> std::io::Result<(Option<Instant>, Duration, u64, u64, u64)> {
+            let mut counts = (0u64, 0u64, 0u64);
+            let mut last = None;
+            if batched {
+                let mut io = UdpIo::new(&rx, Batching::FULL)?;
+                let mut rx = mio::net::UdpSocket::from_std(rx);
+                let mut poll = mio::Poll::new()?;
+                let mut events = mio::Events::with_capacity(8);
+                poll.registry().register(&mut rx, mio::Token(0), mio::Interest::READABLE)?;
+                start.wait();
+                let cpu0 = thread_cpu();
+                while counts.0 < count {
+                    match io.recv(rx.as_socket_ref()) {
+                        Ok(_) => {
+                            for (_, d) in io.received() {
+                                counts.0 += 1;
+                                counts.1 += d.len() as u64;
+                            }
+                            counts.2 += 1;
+                            last = Some(Instant::now());
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            poll.poll(&mut events, Some(Duration::from_millis(50)))?;
+                            // A quiet socket after the sender finished: the rest was lost.
+                            if events.is_empty() && done.load(Ordering::Acquire) {
+                                break;
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok((last, thread_cpu() - cpu0, counts.0, counts.1, counts.2))
+            } else {
+                rx.set_read_timeout(Some(Duration::from_millis(50)))?;
+                let mut buf = vec![0u8; 65_536];
+                start.wait();
+                let cpu0 = thread_cpu();
+                while counts.0 < count {
+                    match rx.recv_from(&mut buf) {
+                        Ok((len, _)) => {
+                            counts.0 += 1;
+                            counts.1 += len as u64;
+                            counts.2 += 1;
+                            last = Some(Instant::now());
+                        }
+                        // A timeout after the sender finished: the rest was lost.
+                        Err(_) if done.load(Ordering::Acquire) => break,
+                        Err(_) => {}
+                    }
+                }
+                Ok((last, thread_cpu() - cpu0, counts.0, counts.1, counts.2))
+            }
+        })
+    };
+    let datagram = Bytes::from(vec![0x5A; size]);
     start.wait();
     let cpu0 = thread_cpu();
     let t0 = Instant::now();
-    let mut sent = 0;
-    for _ in 0..count {
-        if tx.send_to(&datagram, to).is_ok() {
-            sent += 1;
+    let mut send_calls = 0;
+    if batched {
+        let mut io = UdpIo::new(&tx, Batching::FULL)?;
+        for _ in 0..count {
+            io.push(porous_mio::Transmit { remote: to, payload: datagram.clone() });
+            if io.pending() >= 64 {
+                while io.send(tx.as_socket_ref()).is_err() {
+                    thread::yield_now();
+                }
+            }
+        }
+        while io.send(tx.as_socket_ref()).is_err() {
+            thread::yield_now();
+        }
+        send_calls = io.stats().send_calls;
+    } else {
+        for _ in 0..count {
+            if tx.send_to(&datagram, to).is_ok() {
+                send_calls += 1;
+            }
         }
     }
     let send_cpu = thread_cpu() - cpu0;
     done.store(true, Ordering::Release);
-    let (last, recv_cpu, arrived, bytes) = receiver.join().map_err(|_| std::io::Error::other("receiver panicked"))?;
-    let wall = last.map_or(t0.elapsed(), |l| l - t0);
-    Ok(Raw { wall, send_cpu, recv_cpu, sent, arrived, bytes })
+    let (last, recv_cpu, arrived, bytes, recv_calls) = receiver.join().map_err(|_| io_error("receiver panicked"))??;
+    Ok(Outcome {
+        wall: last.map_or(t0.elapsed(), |l| l - t0),
+        send_cpu,
+        recv_cpu,
+        delivered: arrived,
+        bytes,
+        datagrams: count,
+        wire_bytes: count * size as u64,
+        syscalls: send_calls + recv_calls,
+        ..Outcome::default()
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -272,6 +511,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// "median (min-max)" with `digits` decimals.
+fn spread(v: &[f64], digits: usize) -> String {
+    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    format!("{:.digits$} ({lo:.digits$}-{hi:.digits$})", median(v.to_vec()))
+}
+
 fn mbps(bytes_per_s: f64) -> String {
     format!("{:.1} MB/s", bytes_per_s / 1e6)
 }
@@ -280,116 +525,182 @@ struct Options {
     small: u64,
     large: u64,
     runs: usize,
+    scenarios: Vec<Scenario>,
 }
 
 fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
     let mut o = if full {
-        Options { small: 500_000, large: 200_000, runs: 5 }
+        Options { small: 500_000, large: 200_000, runs: 5, scenarios: Scenario::ALL.to_vec() }
     } else {
-        Options { small: 20_000, large: 5_000, runs: 1 }
+        Options { small: 20_000, large: 5_000, runs: 1, scenarios: Scenario::ALL.to_vec() }
     };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
-        let mut num = || it.next().and_then(|v| v.parse::<u64>().ok());
+        let mut value = || it.next().cloned().unwrap_or_default();
         match a.as_str() {
-            "--small" => o.small = num().unwrap_or(o.small),
-            "--large" => o.large = num().unwrap_or(o.large),
-            "--runs" => o.runs = num().map_or(o.runs, |v| v.max(1) as usize),
+            "--small" => o.small = value().parse().unwrap_or(o.small),
+            "--large" => o.large = value().parse().unwrap_or(o.large),
+            "--runs" => o.runs = value().parse::<usize>().map_or(o.runs, |v| v.max(1)),
+            "--only" => {
+                let names = value();
+                o.scenarios = Scenario::ALL.into_iter().filter(|s| names.split(',').any(|n| n == s.name())).collect();
+            }
             _ => {}
         }
     }
     o
 }
 
+fn print_run(scenario: Scenario, run: usize, o: &Outcome) {
+    let name = scenario.name();
+    if scenario.is_porous() {
+        println!(
+            "{name:<12} run {run}: {:>8.1} ms  goodput {:>12}  cpu/msg {:>7.1} ns (send {:.0} ms, recv {:.0} ms, \
+             sender busy {:.0}%)  {} data datagrams of {} B, {} acks, {} syscalls, {} resent, {} would-block, \
+             {} dropped by the kernel, {} deferred",
+            o.wall.as_secs_f64() * 1e3,
+            mbps(o.rate()),
+            o.cpu_per_item(),
+            o.send_cpu.as_secs_f64() * 1e3,
+            o.recv_cpu.as_secs_f64() * 1e3,
+            100.0 * o.send_cpu.as_secs_f64() / o.wall.as_secs_f64(),
+            o.datagrams,
+            o.datagram_size(),
+            o.acks,
+            o.syscalls,
+            o.resent,
+            o.would_block,
+            o.kernel_drops,
+            o.deferred,
+        );
+    } else {
+        println!(
+            "{name:<12} run {run}: {:>8.1} ms  throughput {:>9}  cpu/datagram {:>7.1} ns  {} of {} datagrams of {} B \
+             arrived ({:.1}% lost), {} syscalls",
+            o.wall.as_secs_f64() * 1e3,
+            mbps(o.rate()),
+            o.cpu_per_item(),
+            o.delivered,
+            o.datagrams,
+            o.datagram_size(),
+            100.0 * (1.0 - o.delivered as f64 / o.datagrams.max(1) as f64),
+            o.syscalls,
+        );
+    }
+}
+
 fn main() -> std::io::Result<()> {
     let o = options();
-    println!("loopback bulk transfer, POROUS (porous-mio, default config) vs raw UDP, {} runs each", o.runs);
+    let names: Vec<&str> = o.scenarios.iter().map(|s| s.name()).collect();
+    println!("loopback bulk transfer, POROUS adapters (default config) vs raw UDP, {} runs each", o.runs);
+    println!("scenarios, interleaved: {}", names.join(", "));
     println!("machine: {} cpus, {}", thread::available_parallelism().map_or(0, usize::from), cpu_model());
     println!(
         "socket buffers: asked for {} KiB, the kernel reports {} KiB for receiving",
         porous_mio::SOCKET_BUFFER / 1024,
         raw_socket()?.1 / 1024
     );
-    let mut summary = Vec::new();
+    let mut tables = Vec::new();
     for (size, n) in [(32usize, o.small), (1000, o.large)] {
         println!();
         println!("== {n} reliable packets of {size} bytes");
-        let (mut p_runs, mut r_runs) = (Vec::new(), Vec::new());
+        let mut results: Vec<(Scenario, Vec<Outcome>)> = o.scenarios.iter().map(|&s| (s, Vec::new())).collect();
+        // The raw datagrams: the size and count of the latest POROUS run (first run: POROUS first).
+        let mut shape: Option<(usize, u64, f64)> = None;
         for run in 0..o.runs {
-            let p = porous_run(size, n)?;
-            println!(
-                "porous run {run}: {:>8.1} ms  goodput {:>11}  cpu/msg {:>7.1} ns (send {:.0} ms, recv {:.0} ms, \
-                 sender busy {:.0}%)  {} data datagrams of {} B, {} acks, {} resent, {} would-block",
-                p.wall.as_secs_f64() * 1e3,
-                mbps(p.goodput()),
-                p.cpu_per_msg(),
-                p.send_cpu.as_secs_f64() * 1e3,
-                p.recv_cpu.as_secs_f64() * 1e3,
-                100.0 * p.send_cpu.as_secs_f64() / p.wall.as_secs_f64(),
-                p.datagrams,
-                p.datagram_size(),
-                p.ack_datagrams,
-                p.resent,
-                p.would_block,
-            );
-            // The same datagrams, same sizes, without a protocol.
-            let r = raw_run(p.datagram_size(), p.datagrams)?;
-            println!(
-                "raw    run {run}: {:>8.1} ms  throughput {:>8}  cpu/datagram {:>7.1} ns  {} of {} datagrams arrived \
-                 ({:.1}% lost)",
-                r.wall.as_secs_f64() * 1e3,
-                mbps(r.throughput()),
-                r.cpu_per_datagram(),
-                r.arrived,
-                r.sent,
-                100.0 * (1.0 - r.arrived as f64 / r.sent.max(1) as f64),
-            );
-            p_runs.push(p);
-            r_runs.push(r);
+            let mut order: Vec<usize> = (0..results.len()).collect();
+            order.rotate_left(run % results.len().max(1));
+            if shape.is_none() {
+                order.sort_by_key(|&i| !results[i].0.is_porous());
+            }
+            for i in order {
+                let scenario = results[i].0;
+                let drops0 = kernel_drops();
+                let outcome = match scenario {
+                    Scenario::Mio(batching) => mio_run(batching, size, n)?,
+                    Scenario::Tokio => tokio_run(size, n)?,
+                    Scenario::Raw | Scenario::RawBatched => {
+                        let (dsize, count, _) = shape.unwrap_or((size + 10, n, 1.0));
+                        raw_run(scenario == Scenario::RawBatched, dsize, count)?
+                    }
+                };
+                let mut outcome = outcome;
+                outcome.kernel_drops = kernel_drops() - drops0;
+                if scenario == Scenario::Mio(Batching::FULL) || (shape.is_none() && scenario.is_porous()) {
+                    shape = Some((outcome.datagram_size(), outcome.datagrams, outcome.per_datagram()));
+                }
+                print_run(scenario, run, &outcome);
+                results[i].1.push(outcome);
+            }
         }
-        let goodput = median(p_runs.iter().map(Porous::goodput).collect());
-        let wire = median(p_runs.iter().map(|p| p.wire_bytes as f64 / p.wall.as_secs_f64()).collect());
-        let cpu = median(p_runs.iter().map(Porous::cpu_per_msg).collect());
-        let busy = median(p_runs.iter().map(|p| p.send_cpu.as_secs_f64() / p.wall.as_secs_f64()).collect());
-        let msgs = median(p_runs.iter().map(|p| p.delivered as f64 / p.wall.as_secs_f64()).collect());
-        let per_dgram = median(p_runs.iter().map(|p| p.delivered as f64 / p.datagrams as f64).collect());
-        let raw = median(r_runs.iter().map(Raw::throughput).collect());
-        let raw_cpu = median(r_runs.iter().map(Raw::cpu_per_datagram).collect());
-        let raw_loss = median(r_runs.iter().map(|r| 1.0 - r.arrived as f64 / r.sent.max(1) as f64).collect());
-        summary.push((size, n, goodput, wire, cpu, busy, msgs, per_dgram, raw, raw_cpu, raw_loss));
+        tables.push((size, n, shape.map_or(1.0, |s| s.2), results));
     }
     println!();
-    println!("medians of {} runs:", o.runs);
-    println!(
-        "{:>6} {:>8} {:>14} {:>14} {:>12} {:>12} {:>9} {:>10} {:>14} {:>14} {:>9} {:>14}",
-        "size",
-        "packets",
-        "goodput",
-        "wire",
-        "msgs/s",
-        "cpu/msg",
-        "msg/dgram",
-        "send busy",
-        "raw UDP",
-        "raw cpu/dgram",
-        "raw loss",
-        "goodput/raw"
-    );
-    for (size, n, goodput, wire, cpu, busy, msgs, per_dgram, raw, raw_cpu, raw_loss) in summary {
+    println!("medians (min-max) of {} runs; ratios per run against `raw` of the same run:", o.runs);
+    for (size, n, per_datagram, results) in tables {
+        println!();
+        println!("{n} packets of {size} B ({per_datagram:.1} per datagram):");
         println!(
-            "{size:>6} {n:>8} {:>14} {:>14} {:>12.0} {:>9.1} ns {per_dgram:>9.1} {:>9.0}% {:>14} {:>11.1} ns {:>8.1}% {:>13.1}%",
-            mbps(goodput),
-            mbps(wire),
-            msgs,
-            cpu,
-            busy * 100.0,
-            mbps(raw),
-            raw_cpu,
-            raw_loss * 100.0,
-            100.0 * goodput / raw,
+            "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>12} {:>22} {:>22}",
+            "scenario",
+            "goodput MB/s",
+            "cpu/msg ns",
+            "cpu / raw's",
+            "goodput / raw",
+            "syscalls/msg",
+            "cpu / mio's",
+            "goodput / mio's"
         );
+        let find = |wanted: Scenario| results.iter().find(|(s, _)| *s == wanted).map(|(_, r)| r.clone());
+        let (raw, mio) = (find(Scenario::Raw), find(Scenario::Mio(Batching::FULL)));
+        for (scenario, runs) in &results {
+            let goodput: Vec<f64> = runs.iter().map(|r| r.rate() / 1e6).collect();
+            let syscalls = median(runs.iter().map(|r| r.syscalls as f64 / r.delivered.max(1) as f64).collect());
+            if scenario.is_porous() {
+                let cpu: Vec<f64> = runs.iter().map(Outcome::cpu_per_item).collect();
+                // Per run, against the baseline's run of the same round.
+                let against = |base: &Option<Vec<Outcome>>, cpu: fn(&Outcome, &Outcome) -> f64| match base {
+                    Some(base) => {
+                        let pairs = runs.iter().zip(base);
+                        let c: Vec<f64> = pairs.clone().map(|(p, b)| cpu(p, b)).collect();
+                        let g: Vec<f64> = pairs.map(|(p, b)| 100.0 * p.rate() / b.rate()).collect();
+                        (format!("{}x", spread(&c, 2)), format!("{}%", spread(&g, 0)))
+                    }
+                    None => (String::from("-"), String::from("-")),
+                };
+                let (raw_cpu, raw_goodput) =
+                    against(&raw, |p, r| p.cpu_per_item() / (r.cpu_per_item() / p.per_datagram()));
+                let (mio_cpu, mio_goodput) = if *scenario == Scenario::Mio(Batching::FULL) {
+                    (String::new(), String::new())
+                } else {
+                    against(&mio, |p, m| p.cpu_per_item() / m.cpu_per_item())
+                };
+                println!(
+                    "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>12.4} {:>22} {:>22}",
+                    scenario.name(),
+                    spread(&goodput, 1),
+                    spread(&cpu, 1),
+                    raw_cpu,
+                    raw_goodput,
+                    syscalls,
+                    mio_cpu,
+                    mio_goodput,
+                );
+            } else {
+                let cpu: Vec<f64> = runs.iter().map(|r| r.cpu_per_item() / per_datagram).collect();
+                println!(
+                    "  {:<12} {:>26} {:>24} {:>20} {:>20} {:>12.4}",
+                    scenario.name(),
+                    spread(&goodput, 1),
+                    spread(&cpu, 1),
+                    "",
+                    "",
+                    syscalls / per_datagram
+                );
+            }
+        }
     }
     Ok(())
 }

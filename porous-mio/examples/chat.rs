@@ -7,28 +7,59 @@
 //! ```
 //!
 //! Channel 0 carries chat lines (reliable: every line arrives, in order). The first line a
-//! client sends is its name.
+//! client sends is its name. At the end of its input (Ctrl-D, or the end of a piped file)
+//! the client delivers what it has sent, disconnects and exits. Exit status: 0, or 1 when
+//! the connection failed, or 2 for a usage error.
 
 use std::collections::BTreeMap;
-use std::io::BufRead as _;
+use std::io::{BufRead as _, Write};
 use std::net::SocketAddr;
-use std::sync::mpsc;
+use std::process::ExitCode;
+use std::sync::mpsc::{self, TryRecvError};
 use std::time::Duration;
 
-use bytes::Bytes;
-use porous_mio::{Event, Host, HostConfig, PeerId, SendMode};
+use porous_mio::{Bytes, DisconnectReason, Event, Host, HostConfig, PeerId, SendMode};
 
 const CHAT: usize = 0;
 
-fn server(addr: SocketAddr) -> std::io::Result<()> {
-    let mut host = Host::bind(addr, HostConfig::default())?;
-    println!("chat server on {}", host.local_addr());
+const USAGE: &str = "\
+usage: chat server [ADDR]          relay lines between clients (ADDR: 127.0.0.1:7777)
+       chat client [ADDR] [NAME]   send the lines typed on standard input";
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+enum Command {
+    Server(SocketAddr),
+    Client(SocketAddr, String),
+    Help,
+}
+
+fn parse(args: &[String]) -> Result<Command, String> {
+    let addr = |i: usize| -> Result<SocketAddr, String> {
+        let text = args.get(i).map_or("127.0.0.1:7777", String::as_str);
+        text.parse().map_err(|_| format!("not an address: {text} (such as 127.0.0.1:7777)"))
+    };
+    match args.first().map(String::as_str) {
+        Some("server") if args.len() <= 2 => Ok(Command::Server(addr(1)?)),
+        Some("client") if args.len() <= 3 => {
+            Ok(Command::Client(addr(1)?, args.get(2).cloned().unwrap_or_else(|| "anonymous".into())))
+        }
+        Some("server" | "client") => Err(String::from("too many arguments")),
+        Some("--help" | "-h" | "help") => Ok(Command::Help),
+        Some(other) => Err(format!("unknown command {other}")),
+        None => Err(String::from("say server or client")),
+    }
+}
+
+/// Relays lines until `running` says stop (a server normally runs until killed).
+fn server(mut host: Host, out: &mut dyn Write, running: &dyn Fn() -> bool) -> std::io::Result<()> {
+    writeln!(out, "chat server on {}", host.local_addr())?;
     let mut names: BTreeMap<PeerId, String> = BTreeMap::new();
-    loop {
-        let Some(event) = host.service(Duration::from_millis(100))? else { continue };
+    while running() {
+        let Some(event) = host.service(Duration::from_millis(20))? else { continue };
         let announce = match event {
             Event::Connected { peer, remote } => {
-                println!("{remote} connected as {peer}");
+                writeln!(out, "{remote} connected as {peer}")?;
                 None
             }
             Event::Received { peer, data, .. } => {
@@ -45,7 +76,7 @@ fn server(addr: SocketAddr) -> std::io::Result<()> {
             _ => None,
         };
         if let Some(line) = announce {
-            println!("{line}");
+            writeln!(out, "{line}")?;
             let line = Bytes::from(line);
             for &peer in names.keys() {
                 // A full queue means a client that stopped reading; it will time out.
@@ -53,25 +84,37 @@ fn server(addr: SocketAddr) -> std::io::Result<()> {
             }
         }
     }
+    Ok(())
 }
 
-fn client(addr: SocketAddr, name: String) -> std::io::Result<()> {
-    let mut host = Host::bind("0.0.0.0:0".parse().map_err(std::io::Error::other)?, HostConfig::default())?;
+/// Sends `name`, then each line from `typed`, printing what the server relays; at the end
+/// of the input, disconnects (after delivering what was sent) and returns how the
+/// connection ended.
+fn client(
+    mut host: Host,
+    addr: SocketAddr,
+    name: String,
+    typed: mpsc::Receiver<String>,
+    out: &mut dyn Write,
+) -> std::io::Result<DisconnectReason> {
     let server = host.connect(addr).map_err(std::io::Error::other)?;
-    // Read the terminal on its own thread; the network loop never blocks on it.
-    let (lines, typed) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut connected = false;
+    let (mut connected, mut leaving) = (false, false);
     loop {
-        if connected {
-            while let Ok(line) = typed.try_recv() {
-                host.send(server, CHAT, Bytes::from(line), SendMode::Reliable).map_err(std::io::Error::other)?;
+        if connected && !leaving {
+            loop {
+                match typed.try_recv() {
+                    Ok(line) => {
+                        host.send(server, CHAT, Bytes::from(line), SendMode::Reliable)
+                            .map_err(std::io::Error::other)?;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        // End of input: deliver what was sent, then leave.
+                        host.disconnect(server);
+                        leaving = true;
+                        break;
+                    }
+                }
             }
         }
         match host.service(Duration::from_millis(20))? {
@@ -79,29 +122,127 @@ fn client(addr: SocketAddr, name: String) -> std::io::Result<()> {
                 connected = true;
                 host.send(server, CHAT, Bytes::from(name.clone()), SendMode::Reliable)
                     .map_err(std::io::Error::other)?;
-                println!("connected; type lines to chat");
+                writeln!(out, "connected; type lines to chat, end the input to leave")?;
             }
-            Some(Event::Received { data, .. }) => println!("{}", String::from_utf8_lossy(&data)),
+            Some(Event::Received { data, .. }) => writeln!(out, "{}", String::from_utf8_lossy(&data))?,
             Some(Event::Disconnected { reason, .. }) => {
-                println!("disconnected: {reason}");
-                return Ok(());
+                writeln!(out, "disconnected: {reason}")?;
+                return Ok(reason);
             }
             _ => {}
         }
     }
 }
 
-fn main() -> std::io::Result<()> {
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let addr = |i: usize| -> std::io::Result<SocketAddr> {
-        args.get(i).unwrap_or(&"127.0.0.1:7777".to_string()).parse().map_err(std::io::Error::other)
-    };
-    match args.first().map(String::as_str) {
-        Some("server") => server(addr(1)?),
-        Some("client") => client(addr(1)?, args.get(2).cloned().unwrap_or_else(|| "anonymous".into())),
-        _ => {
-            eprintln!("usage: chat server [addr] | chat client [addr] [name]");
-            Ok(())
+    let command = match parse(&args) {
+        Ok(command) => command,
+        Err(e) => {
+            eprintln!("chat: {e}\n{USAGE}");
+            return ExitCode::from(2);
         }
+    };
+    let result = match command {
+        Command::Help => {
+            let _ = writeln!(std::io::stdout(), "{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Command::Server(addr) => {
+            Host::bind(addr, HostConfig::default()).and_then(|host| server(host, &mut std::io::stdout(), &|| true))
+        }
+        Command::Client(addr, name) => {
+            // Read the terminal on its own thread; the network loop never blocks on it.
+            let (lines, typed) = mpsc::channel::<String>();
+            std::thread::spawn(move || {
+                for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+                    if lines.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            Host::bind("0.0.0.0:0", HostConfig::default())
+                .and_then(|host| client(host, addr, name, typed, &mut std::io::stdout()))
+                .and_then(|end| match end {
+                    DisconnectReason::Local => Ok(()),
+                    other => Err(std::io::Error::other(other.to_string())),
+                })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("chat: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_command_line_is_parsed_and_usage_errors_are_reported() {
+        let local: SocketAddr = "127.0.0.1:7777".parse().unwrap();
+        assert_eq!(parse(&args("server")), Ok(Command::Server(local)));
+        assert_eq!(
+            parse(&args("client 127.0.0.1:9 bob")),
+            Ok(Command::Client("127.0.0.1:9".parse().unwrap(), "bob".into()))
+        );
+        assert_eq!(parse(&args("client")), Ok(Command::Client(local, "anonymous".into())));
+        assert_eq!(parse(&args("--help")), Ok(Command::Help));
+        for (line, says) in [
+            ("", "say server or client"),
+            ("serve", "unknown command serve"),
+            ("server nowhere", "not an address"),
+            ("client 127.0.0.1:9 bob extra", "too many arguments"),
+        ] {
+            let err = parse(&args(line)).expect_err(line);
+            assert!(err.contains(says), "{line}: {err}");
+        }
+    }
+
+    /// A client whose input ends delivers its lines, leaves and returns.
+    #[test]
+    fn the_client_leaves_at_the_end_of_its_input() {
+        let host = Host::bind("127.0.0.1:0", HostConfig::default()).unwrap();
+        let addr = host.local_addr();
+        let running = Arc::new(AtomicBool::new(true));
+        let server_thread = std::thread::spawn({
+            let running = Arc::clone(&running);
+            move || {
+                let mut log = Vec::new();
+                server(host, &mut log, &|| running.load(Ordering::SeqCst)).unwrap();
+                String::from_utf8(log).unwrap()
+            }
+        });
+        let (lines, typed) = mpsc::channel();
+        for line in ["hello", "bye"] {
+            lines.send(line.to_string()).unwrap();
+        }
+        drop(lines); // the end of the input
+        let mut seen = Vec::new();
+        let host = Host::bind("127.0.0.1:0", HostConfig::default()).unwrap();
+        let end = client(host, addr, "alice".into(), typed, &mut seen).unwrap();
+        assert_eq!(end, DisconnectReason::Local);
+        running.store(false, Ordering::SeqCst);
+        let server_log = server_thread.join().unwrap();
+        for line in ["* alice joined", "alice: hello", "alice: bye"] {
+            assert!(server_log.contains(line), "{line} missing from:\n{server_log}");
+        }
+        // Leaving does not wait for the server's relays of its own lines.
+        let seen = String::from_utf8(seen).unwrap();
+        assert!(
+            seen.starts_with("connected;") && seen.ends_with("disconnected: disconnected by this side\n"),
+            "{seen}"
+        );
     }
 }

@@ -1,10 +1,9 @@
 //! POROUS end to end on this machine: a server and a client on 127.0.0.1, talking through
 //! a small relay that loses, delays and jitters datagrams, both streaming reliable,
 //! unreliable and passive packets on four channels. A live line shows progress; at the end
-//! a table per channel and direction gives what was delivered, the order checks, the
-//! latency, and the connection's figures. The exit status is non-zero if any guarantee was
-//! broken: a reliable packet missing, duplicated or out of order, any packet reordered or
-//! corrupted.
+//! a table per channel and direction gives what was sent, delivered, skipped (unreliable
+//! and passive packets may be), missing (reliable packets must not be), out of order or
+//! duplicated, corrupted, and the latency; then the connection's figures and a verdict.
 //!
 //! ```text
 //! cargo run --release -p porous-mio --example loopback -- [--loss 0.02] [--delay 15]
@@ -12,29 +11,54 @@
 //!     [--rate 60] [--mix rup]
 //! ```
 //!
-//! `--loss` is the chance each datagram is dropped (each way), `--delay`/`--jitter` the
-//! relay's one-way delay and its random extra in ms, `--duration` seconds of traffic,
-//! `--min-size`/`--max-size` the size range of packets on channels 0-2, `--bulk` the size
-//! of the reliable packets channel 3 sends three times a second (fragmented), `--rate`
-//! packets per second on each of channels 0-2, and `--mix` the modes of channels 0, 1 and
-//! 2 (r reliable, u unreliable, p passive). The defaults model a game: 60 Hz of small
-//! packets both ways plus a stream of larger reliable ones, over a link with 2% loss.
+//! Exit status: 0 when every guarantee held; 1 when one was broken (a reliable packet
+//! skipped, any packet duplicated, reordered or corrupted); 2 for a usage error; 3 when the
+//! run could not be completed, which is not a broken guarantee: the connection could not be
+//! established, or ended early (a timeout), or the link was too slow for the traffic
+//! asked of it (reliable packets were still in flight when the demo stopped waiting, or
+//! sends were refused because the queue was full).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
-use porous_mio::{DisconnectReason, Event, Host, HostConfig, PeerId, SendMode};
+use porous_mio::{Bytes, DisconnectReason, Event, Host, HostConfig, PeerId, SendError, SendMode};
 
 const SERVER: Token = Token(0);
 const CLIENT: Token = Token(1);
 const RELAY: Token = Token(2);
 
+/// How long the demo waits, after the traffic, for the reliable packets still in flight.
+const FINISH_WITHIN: Duration = Duration::from_secs(30);
+
+const USAGE: &str = "\
+usage: loopback [--loss P] [--delay MS] [--jitter MS] [--duration S] [--min-size B]
+                [--max-size B] [--bulk B] [--rate N] [--mix MMM] [--help]
+
+A POROUS server and client on 127.0.0.1 stream reliable, unreliable and passive packets
+on four channels, both ways, through a relay that loses, delays and jitters datagrams.
+
+  --loss P        chance that the relay drops a datagram, each way, 0 to 1 (0.02)
+  --delay MS      the relay's one-way delay in ms (15)
+  --jitter MS     random extra delay in ms, up to (5)
+  --duration S    seconds of traffic (10)
+  --min-size B    smallest packet on channels 0-2, bytes, at least 20 (16 means 20)
+  --max-size B    largest packet on channels 0-2, bytes (400)
+  --bulk B        size of the reliable packets channel 3 sends 3 times a second (8000)
+  --rate N        packets per second on each of channels 0-2, 1 to 10000 (60)
+  --mix MMM       modes of channels 0, 1, 2: r reliable, u unreliable, p passive (rup)
+  --help          this text
+
+Exit status: 0 every guarantee held, 1 a guarantee was broken, 2 usage error,
+3 the run could not complete (no connection, connection lost, link overloaded).";
+
+/// What the demo is asked to do.
+#[derive(Clone, Debug, PartialEq)]
 struct Options {
     loss: f64,
     delay: Duration,
@@ -45,34 +69,66 @@ struct Options {
     bulk: usize,
     rate: u32,
     mix: [SendMode; 3],
+    /// Not a flag: tests shorten it.
+    connect_timeout: Duration,
 }
 
-fn options() -> Result<Options, String> {
-    let mut o = Options {
-        loss: 0.02,
-        delay: Duration::from_millis(15),
-        jitter: Duration::from_millis(5),
-        duration: Duration::from_secs(10),
-        min_size: 16,
-        max_size: 400,
-        bulk: 8000,
-        rate: 60,
-        mix: [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive],
-    };
-    let mut args = std::env::args().skip(1);
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            loss: 0.02,
+            delay: Duration::from_millis(15),
+            jitter: Duration::from_millis(5),
+            duration: Duration::from_secs(10),
+            min_size: 20,
+            max_size: 400,
+            bulk: 8000,
+            rate: 60,
+            mix: [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive],
+            connect_timeout: HostConfig::default().peer.connect_timeout,
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+enum Command {
+    Run(Options),
+    Help,
+}
+
+/// Parses the flags (without the program name).
+fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    let mut o = Options::default();
+    let mut args = args.into_iter();
     while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            return Ok(Command::Help);
+        }
+        let known =
+            ["--loss", "--delay", "--jitter", "--duration", "--min-size", "--max-size", "--bulk", "--rate", "--mix"];
+        if !known.contains(&flag.as_str()) {
+            return Err(format!("unknown flag {flag}"));
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
-        let num = |v: &str| v.parse::<f64>().map_err(|_| format!("{flag}: not a number: {v}"));
+        let number = |min: f64, max: f64| -> Result<f64, String> {
+            let v: f64 = value.parse().map_err(|_| format!("{flag}: not a number: {value}"))?;
+            if !(min..=max).contains(&v) {
+                return Err(format!("{flag}: {value} is outside {min}..={max}"));
+            }
+            Ok(v)
+        };
+        let ms = |v: f64| Duration::from_secs_f64(v / 1000.0);
         match flag.as_str() {
-            "--loss" => o.loss = num(&value)?.clamp(0.0, 0.9),
-            "--delay" => o.delay = Duration::from_secs_f64(num(&value)? / 1000.0),
-            "--jitter" => o.jitter = Duration::from_secs_f64(num(&value)? / 1000.0),
-            "--duration" => o.duration = Duration::from_secs_f64(num(&value)?),
-            "--min-size" => o.min_size = num(&value)? as usize,
-            "--max-size" => o.max_size = num(&value)? as usize,
-            "--bulk" => o.bulk = num(&value)? as usize,
-            "--rate" => o.rate = num(&value)?.max(1.0) as u32,
-            "--mix" => {
+            "--loss" => o.loss = number(0.0, 1.0)?,
+            "--delay" => o.delay = ms(number(0.0, 10_000.0)?),
+            "--jitter" => o.jitter = ms(number(0.0, 10_000.0)?),
+            "--duration" => o.duration = Duration::from_secs_f64(number(0.1, 86_400.0)?),
+            "--min-size" => o.min_size = number(0.0, 1e6)? as usize,
+            "--max-size" => o.max_size = number(1.0, 1e6)? as usize,
+            "--bulk" => o.bulk = number(20.0, 1e7)? as usize,
+            "--rate" => o.rate = number(1.0, 10_000.0)? as u32,
+            _ => {
                 let modes: Vec<SendMode> = value
                     .chars()
                     .map(|c| match c {
@@ -82,15 +138,16 @@ fn options() -> Result<Options, String> {
                         _ => Err(format!("--mix: {c} is not r, u or p")),
                     })
                     .collect::<Result<_, _>>()?;
-                o.mix = modes.try_into().map_err(|_| "--mix takes three letters, e.g. rup".to_string())?;
+                o.mix = modes.try_into().map_err(|_| "--mix takes three letters, such as rup".to_string())?;
             }
-            _ => return Err(format!("unknown flag {flag}")),
         }
     }
+    // A packet carries a 20-byte header of its own.
     o.min_size = o.min_size.max(20);
-    o.max_size = o.max_size.max(o.min_size);
-    o.bulk = o.bulk.max(20);
-    Ok(o)
+    if o.max_size < o.min_size {
+        return Err(format!("--max-size {} is below --min-size {}", o.max_size, o.min_size));
+    }
+    Ok(Command::Run(o))
 }
 
 /// A small xorshift generator: the demo's randomness (sizes, the relay's fate).
@@ -129,27 +186,46 @@ fn unpack(data: &[u8]) -> Option<(u64, Duration)> {
 }
 
 /// One direction of one channel.
-#[derive(Default)]
+#[derive(Debug)]
 struct Stream {
-    mode: Option<SendMode>,
+    mode: SendMode,
     sent: u64,
+    /// Sends the host refused (its queue was full: the link is slower than the traffic).
+    refused: u64,
     delivered: u64,
+    /// Delivered with a sequence number not above the last one: duplicated or reordered.
+    out_of_order: u64,
+    corrupted: u64,
+    /// Highest sequence number delivered.
     last: Option<u64>,
-    violations: u64,
     seen: Vec<bool>,
     latencies: Vec<f64>,
 }
 
 impl Stream {
+    fn new(mode: SendMode) -> Self {
+        Self {
+            mode,
+            sent: 0,
+            refused: 0,
+            delivered: 0,
+            out_of_order: 0,
+            corrupted: 0,
+            last: None,
+            seen: Vec::new(),
+            latencies: Vec::new(),
+        }
+    }
+
     fn receive(&mut self, data: &[u8], now: Duration) {
         let Some((seq, sent)) = unpack(data) else {
-            self.violations += 1; // corrupted
+            self.corrupted += 1;
             return;
         };
         if self.last.is_some_and(|l| seq <= l) {
-            self.violations += 1; // duplicated or reordered
+            self.out_of_order += 1;
         }
-        self.last = Some(seq);
+        self.last = self.last.max(Some(seq));
         self.delivered += 1;
         if let Some(s) = self.seen.get_mut(seq as usize) {
             *s = true;
@@ -157,18 +233,32 @@ impl Stream {
         self.latencies.push((now.saturating_sub(sent)).as_secs_f64() * 1000.0);
     }
 
-    fn missing_reliable(&self) -> u64 {
-        if self.mode == Some(SendMode::Reliable) {
-            self.sent - self.seen.iter().filter(|&&s| s).count() as u64
-        } else {
-            0
-        }
+    /// Packets never delivered.
+    fn undelivered(&self) -> u64 {
+        self.seen.iter().filter(|s| !**s).count() as u64
     }
 
-    fn percentile(&self, q: f64) -> f64 {
+    /// Packets never delivered although a later one was: for reliable packets, a broken
+    /// guarantee; for the others, what they may do.
+    fn gaps(&self) -> u64 {
+        let Some(last) = self.last else { return 0 };
+        self.seen.iter().take(last as usize).filter(|s| !**s).count() as u64
+    }
+
+    /// Reliable packets never delivered (gaps and tail).
+    fn missing(&self) -> u64 {
+        if self.mode == SendMode::Reliable { self.undelivered() } else { 0 }
+    }
+
+    /// Unreliable and passive packets never delivered: skipped or expired, as allowed.
+    fn skipped(&self) -> u64 {
+        if self.mode == SendMode::Reliable { 0 } else { self.undelivered() }
+    }
+
+    fn percentile(&self, q: f64) -> Option<f64> {
         let mut l = self.latencies.clone();
         l.sort_by(f64::total_cmp);
-        l.get(((l.len().max(1) - 1) as f64 * q) as usize).copied().unwrap_or(0.0)
+        l.get(((l.len().max(1) - 1) as f64 * q) as usize).copied()
     }
 }
 
@@ -223,12 +313,164 @@ impl Relay {
     }
 }
 
-fn run(o: &Options) -> std::io::Result<bool> {
+/// What a run saw.
+#[derive(Debug)]
+struct Report {
+    /// `streams[direction][channel]`: 0 = client to server, 1 = server to client.
+    streams: [[Stream; 4]; 2],
+    /// Whether the connection was established.
+    connected: bool,
+    /// How each side's connection ended, if it did.
+    ended: BTreeMap<&'static str, DisconnectReason>,
+    /// The demo stopped waiting for reliable packets still in flight.
+    gave_up: bool,
+    /// Figures for the summary.
+    notes: Vec<String>,
+}
+
+/// What a report means.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// Every guarantee held and the run completed.
+    Held,
+    /// A guarantee was broken.
+    Broken(Vec<String>),
+    /// The run could not complete, for a reason that breaks no guarantee.
+    Incomplete(String),
+}
+
+impl Verdict {
+    fn exit_code(&self) -> u8 {
+        match self {
+            Self::Held => 0,
+            Self::Broken(_) => 1,
+            Self::Incomplete(_) => 3,
+        }
+    }
+}
+
+fn direction(dir: usize) -> &'static str {
+    if dir == 0 { "client->server" } else { "server->client" }
+}
+
+fn mode_name(mode: SendMode) -> &'static str {
+    match mode {
+        SendMode::Reliable => "reliable",
+        SendMode::Unreliable => "unreliable",
+        _ => "passive",
+    }
+}
+
+/// Judges a run: broken guarantees first, then the reasons a run may stop short.
+fn classify(r: &Report) -> Verdict {
+    let mut broken = Vec::new();
+    for (dir, streams) in r.streams.iter().enumerate() {
+        for (ch, s) in streams.iter().enumerate() {
+            let name = format!("{} ch{ch} {}", direction(dir), mode_name(s.mode));
+            if s.mode == SendMode::Reliable && s.gaps() > 0 {
+                broken.push(format!("{name}: {} reliable packets skipped (a later one arrived)", s.gaps()));
+            }
+            if s.out_of_order > 0 {
+                broken.push(format!("{name}: {} packets duplicated or out of order", s.out_of_order));
+            }
+            if s.corrupted > 0 {
+                broken.push(format!("{name}: {} packets corrupted", s.corrupted));
+            }
+        }
+    }
+    if !broken.is_empty() {
+        return Verdict::Broken(broken);
+    }
+    if !r.connected {
+        let why = r.ended.get("client").map_or_else(|| String::from("no answer"), ToString::to_string);
+        return Verdict::Incomplete(format!("the connection could not be established: {why}"));
+    }
+    let missing: u64 = r.streams.iter().flatten().map(Stream::missing).sum();
+    let refused: u64 = r.streams.iter().flatten().map(|s| s.refused).sum();
+    let clean = r.ended.get("client") == Some(&DisconnectReason::Local)
+        && r.ended.get("server") == Some(&DisconnectReason::Remote);
+    if let Some((side, reason)) =
+        r.ended.iter().find(|(_, reason)| !matches!(reason, DisconnectReason::Local | DisconnectReason::Remote))
+    {
+        return Verdict::Incomplete(format!(
+            "the connection ended early on the {side}'s side ({reason}) with {missing} reliable packets in flight"
+        ));
+    }
+    if r.gave_up || missing > 0 {
+        return Verdict::Incomplete(format!(
+            "the link is overloaded: {missing} reliable packets were still in flight {} s after the traffic \
+             stopped, and {refused} sends were refused (queue full)",
+            FINISH_WITHIN.as_secs()
+        ));
+    }
+    if refused > 0 {
+        return Verdict::Incomplete(format!(
+            "the link is overloaded: {refused} sends were refused because the queue was full"
+        ));
+    }
+    if !clean {
+        return Verdict::Incomplete(format!("the connection did not end cleanly: {:?}", r.ended));
+    }
+    Verdict::Held
+}
+
+/// The summary table, its columns aligned to their widest cell.
+fn table(r: &Report) -> String {
+    let header = [
+        "stream",
+        "mode",
+        "sent",
+        "refused",
+        "delivered",
+        "skipped",
+        "missing",
+        "order/dup",
+        "corrupt",
+        "p50(ms)",
+        "p99(ms)",
+    ];
+    let mut rows: Vec<[String; 11]> = vec![header.map(String::from)];
+    for (dir, streams) in r.streams.iter().enumerate() {
+        for (ch, s) in streams.iter().enumerate() {
+            let ms = |q: f64| s.percentile(q).map_or_else(|| String::from("-"), |v| format!("{v:.1}"));
+            rows.push([
+                format!("{} ch{ch}", direction(dir)),
+                mode_name(s.mode).to_string(),
+                s.sent.to_string(),
+                s.refused.to_string(),
+                s.delivered.to_string(),
+                if s.mode == SendMode::Reliable { String::from("-") } else { s.skipped().to_string() },
+                if s.mode == SendMode::Reliable { s.missing().to_string() } else { String::from("-") },
+                s.out_of_order.to_string(),
+                s.corrupted.to_string(),
+                ms(0.5),
+                ms(0.99),
+            ]);
+        }
+    }
+    let widths: Vec<usize> = (0..header.len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in &rows {
+        for (c, cell) in row.iter().enumerate() {
+            if c < 2 {
+                let _ = write!(out, "{cell:<w$}  ", w = widths[c]);
+            } else {
+                let _ = write!(out, "{cell:>w$}  ", w = widths[c]);
+            }
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+    }
+    out
+}
+
+fn run(o: &Options, live: bool) -> std::io::Result<Report> {
     let mut poll = Poll::new()?;
     let mut events = Events::with_capacity(256);
-    let any: SocketAddr = "127.0.0.1:0".parse().map_err(std::io::Error::other)?;
+    let any: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut config = HostConfig::default();
     config.peer.max_packet_size = o.bulk.max(o.max_size) + 1024;
+    config.peer.connect_timeout = o.connect_timeout;
     let mut server = Host::bind_with(any, config.clone(), poll.registry(), SERVER)?;
     let mut client = Host::bind_with(any, config, poll.registry(), CLIENT)?;
     let mut relay_socket = UdpSocket::bind(any)?;
@@ -256,34 +498,32 @@ fn run(o: &Options) -> std::io::Result<bool> {
     let start = Instant::now();
     let client_peer = client.connect(relay_addr).map_err(std::io::Error::other)?;
     let mut server_peer: Option<PeerId> = None;
-    let mut connected = false;
-    // streams[direction][channel]: 0 = client to server, 1 = server to client.
     let modes = [o.mix[0], o.mix[1], o.mix[2], SendMode::Reliable];
-    let mut streams: [[Stream; 4]; 2] = Default::default();
-    for dir in &mut streams {
-        for (ch, s) in dir.iter_mut().enumerate() {
-            s.mode = Some(modes[ch]);
-        }
-    }
+    let mut report = Report {
+        streams: [modes.map(Stream::new), modes.map(Stream::new)],
+        connected: false,
+        ended: BTreeMap::new(),
+        gave_up: false,
+        notes: Vec::new(),
+    };
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let tick = Duration::from_secs(1) / o.rate;
     let bulk_tick = Duration::from_secs(1) / 3;
-    let mut next_send = start;
-    let mut next_bulk = start;
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let (mut next_send, mut next_bulk) = (start, start);
+    let terminal = live && std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut next_print = start;
-    let mut traffic_end = None;
+    let mut traffic_end: Option<Instant> = None;
     let mut disconnecting = false;
-    let mut ended: BTreeMap<&str, DisconnectReason> = BTreeMap::new();
-    let hard_stop = start + o.duration + Duration::from_secs(30);
     loop {
         let now = Instant::now();
-        if now >= hard_stop {
-            println!("\nstopping: the connection did not finish within 30 s of the traffic");
+        if traffic_end.is_some_and(|end| now >= end + FINISH_WITHIN) {
+            report.gave_up = true;
             break;
         }
         // Traffic: every tick, one packet per channel each way.
-        if connected && traffic_end.is_none() && now >= next_send {
+        if let (true, None, Some(server_peer)) = (report.connected, traffic_end, server_peer)
+            && now >= next_send
+        {
             let elapsed = now - start;
             let bulk_due = now >= next_bulk;
             while next_send <= now {
@@ -292,21 +532,21 @@ fn run(o: &Options) -> std::io::Result<bool> {
             if bulk_due {
                 next_bulk += bulk_tick;
             }
-            for (dir, streams) in streams.iter_mut().enumerate() {
-                let (host, peer) = if dir == 0 {
-                    (&mut client, client_peer)
-                } else {
-                    (&mut server, server_peer.unwrap_or(client_peer))
-                };
+            for (dir, streams) in report.streams.iter_mut().enumerate() {
+                let (host, peer) = if dir == 0 { (&mut client, client_peer) } else { (&mut server, server_peer) };
                 for (ch, s) in streams.iter_mut().enumerate() {
                     let len = match ch {
                         3 if bulk_due => o.bulk,
                         3 => continue,
                         _ => o.min_size + (rng.next() as usize % (o.max_size - o.min_size + 1)),
                     };
-                    if host.send(peer, ch, packet(s.sent, elapsed, len), modes[ch]).is_ok() {
-                        s.sent += 1;
-                        s.seen.push(false);
+                    match host.send(peer, ch, packet(s.sent, elapsed, len), s.mode) {
+                        Ok(()) => {
+                            s.sent += 1;
+                            s.seen.push(false);
+                        }
+                        Err(SendError::QueueFull { .. }) => s.refused += 1,
+                        Err(e) => return Err(std::io::Error::other(e)),
                     }
                 }
             }
@@ -315,12 +555,16 @@ fn run(o: &Options) -> std::io::Result<bool> {
             }
         }
         // Once the traffic is over and every reliable packet has arrived, disconnect.
-        let all_in = streams.iter().flatten().all(|s| s.missing_reliable() == 0);
-        if let (Some(_), false, true, Some(_)) = (traffic_end, disconnecting, all_in, server_peer) {
+        let all_in = report.streams.iter().flatten().all(|s| s.missing() == 0);
+        if traffic_end.is_some() && !disconnecting && all_in {
             client.disconnect(client_peer);
             disconnecting = true;
         }
-        if ended.len() == 2 {
+        if report.ended.len() == 2 || (!report.connected && report.ended.contains_key("client")) {
+            break;
+        }
+        // Either side ended for a reason of its own: the other will time out, don't wait.
+        if report.ended.values().any(|r| !matches!(r, DisconnectReason::Local | DisconnectReason::Remote)) {
             break;
         }
         let timeout = [server.timeout(), client.timeout(), relay.timeout(), Some(Duration::from_millis(5))]
@@ -340,25 +584,25 @@ fn run(o: &Options) -> std::io::Result<bool> {
                         if name == "server" {
                             server_peer = Some(peer);
                         }
-                        connected = server_peer.is_some();
+                        report.connected = server_peer.is_some();
                     }
                     Event::Received { channel, data, .. } => {
-                        if let Some(s) = streams[dir].get_mut(channel) {
+                        if let Some(s) = report.streams[dir].get_mut(channel) {
                             s.receive(&data, t);
                         }
                     }
                     Event::Disconnected { reason, .. } => {
-                        ended.insert(name, reason);
+                        report.ended.insert(name, reason);
                     }
                     _ => {}
                 }
             }
         }
-        if now >= next_print {
+        if live && now >= next_print {
             next_print = now + Duration::from_millis(if terminal { 250 } else { 2000 });
             let s = client.peer_stats(client_peer);
-            let sent: u64 = streams.iter().flatten().map(|s| s.sent).sum();
-            let got: u64 = streams.iter().flatten().map(|s| s.delivered).sum();
+            let sent: u64 = report.streams.iter().flatten().map(|s| s.sent).sum();
+            let got: u64 = report.streams.iter().flatten().map(|s| s.delivered).sum();
             print!(
                 "{}[{:5.1} s] sent {sent:>7} delivered {got:>7}  rtt {:>6.1} ms  cwnd {:>7}  lost {:>5}  resent {:>5}   {}",
                 if terminal { "\r" } else { "" },
@@ -372,75 +616,245 @@ fn run(o: &Options) -> std::io::Result<bool> {
             let _ = std::io::stdout().flush();
         }
     }
-    println!();
     let elapsed = start.elapsed().as_secs_f64();
     let wire = client.core().stats().bytes_sent + server.core().stats().bytes_sent;
-    let delivered: u64 = streams.iter().flatten().map(|s| s.delivered).sum();
-    let payload: u64 = streams.iter().flatten().map(|s| s.delivered).sum::<u64>();
-    println!(
-        "\n{:<20} {:>8} {:>9} {:>8} {:>10} {:>9} {:>9}",
-        "stream", "sent", "delivered", "missing", "order/dup", "p50 ms", "p99 ms"
-    );
-    let mut ok = true;
-    for (dir, name) in [(0, "client->server"), (1, "server->client")] {
-        for (ch, s) in streams[dir].iter().enumerate() {
-            let mode = match modes[ch] {
-                SendMode::Reliable => "reliable",
-                SendMode::Unreliable => "unreliable",
-                _ => "passive",
-            };
-            let missing = s.missing_reliable();
-            ok &= missing == 0 && s.violations == 0;
-            println!(
-                "{:<20} {:>8} {:>9} {:>8} {:>10} {:>9.1} {:>9.1}",
-                format!("{name} ch{ch} {mode}"),
-                s.sent,
-                s.delivered,
-                missing,
-                s.violations,
-                s.percentile(0.5),
-                s.percentile(0.99)
-            );
-        }
-    }
+    let delivered: u64 = report.streams.iter().flatten().map(|s| s.delivered).sum();
     if let Some(s) = client.peer_stats(client_peer).or_else(|| server_peer.and_then(|p| server.peer_stats(p))) {
-        println!(
-            "\nclient connection: rtt {:.1} ms, cwnd {} B, frames sent {} resent {} lost {}",
+        report.notes.push(format!(
+            "client connection: rtt {:.1} ms, cwnd {} B, frames sent {}, resent {}, lost {}",
             s.rtt.as_secs_f64() * 1000.0,
             s.cwnd,
             s.transfer.frames_sent,
             s.transfer.frames_resent,
             s.transfer.frames_lost
-        );
+        ));
     }
-    println!(
-        "relay: {} forwarded, {} dropped; wire: {wire} B for {delivered} packets delivered = {:.1} B per packet ({payload} packets in {elapsed:.1} s)",
+    report.notes.push(format!(
+        "relay: {} datagrams forwarded, {} dropped; wire: {wire} B for {delivered} packets delivered = {:.1} B per \
+         packet, in {elapsed:.1} s",
         relay.forwarded,
         relay.dropped,
         wire as f64 / delivered.max(1) as f64,
-    );
-    println!("ended: {ended:?}");
-    let clean =
-        ended.get("client") == Some(&DisconnectReason::Local) && ended.get("server") == Some(&DisconnectReason::Remote);
-    ok &= clean;
-    println!("{}", if ok { "all guarantees held" } else { "GUARANTEE VIOLATED (see above)" });
-    Ok(ok)
+    ));
+    let ended: Vec<String> = report.ended.iter().map(|(side, reason)| format!("{side}: {reason}")).collect();
+    report.notes.push(format!("ended: {}", if ended.is_empty() { String::from("-") } else { ended.join("; ") }));
+    Ok(report)
 }
 
 fn main() -> ExitCode {
-    let o = match options() {
-        Ok(o) => o,
+    let options = match parse(std::env::args().skip(1)) {
+        Ok(Command::Run(o)) => o,
+        Ok(Command::Help) => {
+            // Not `println!`: `loopback --help | head` must not panic on a closed pipe.
+            let _ = writeln!(std::io::stdout(), "{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("loopback: {e}\n\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    match run(&o) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
+    let report = match run(&options, true) {
+        Ok(report) => report,
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+            eprintln!("\nloopback: {e}");
+            return ExitCode::from(3);
         }
+    };
+    println!("\n\n{}", table(&report));
+    for note in &report.notes {
+        println!("{note}");
+    }
+    let verdict = classify(&report);
+    match &verdict {
+        Verdict::Held => println!("all guarantees held"),
+        Verdict::Broken(what) => {
+            println!("GUARANTEE VIOLATED:");
+            for line in what {
+                println!("  {line}");
+            }
+        }
+        Verdict::Incomplete(why) => println!("run incomplete (no guarantee broken): {why}"),
+    }
+    ExitCode::from(verdict.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    fn options(s: &str) -> Options {
+        match parse(args(s)) {
+            Ok(Command::Run(o)) => o,
+            other => panic!("{s}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_parse_and_the_defaults_model_a_game() {
+        assert_eq!(options(""), Options::default());
+        let o = options("--loss 0.1 --delay 40 --jitter 10 --duration 20 --mix rrp --rate 30 --bulk 100");
+        assert_eq!(o.loss, 0.1);
+        assert_eq!((o.delay, o.jitter), (Duration::from_millis(40), Duration::from_millis(10)));
+        assert_eq!(o.duration, Duration::from_secs(20));
+        assert_eq!(o.mix, [SendMode::Reliable, SendMode::Reliable, SendMode::Passive]);
+        assert_eq!((o.rate, o.bulk), (30, 100));
+        assert_eq!(options("--min-size 5").min_size, 20, "a packet needs its 20-byte header");
+        assert_eq!(parse(args("--help")), Ok(Command::Help));
+        assert_eq!(parse(args("--loss 0.5 -h")), Ok(Command::Help));
+    }
+
+    #[test]
+    fn bad_flags_are_errors_that_say_what_is_wrong() {
+        for (line, says) in [
+            ("--frobnicate 3", "unknown flag --frobnicate"),
+            ("--loss", "--loss needs a value"),
+            ("--loss lots", "not a number"),
+            ("--loss 1.5", "outside"),
+            ("--rate 0", "outside"),
+            ("--duration -1", "outside"),
+            ("--mix ru", "three letters"),
+            ("--mix rux", "x is not r, u or p"),
+            ("--min-size 300 --max-size 100", "below --min-size"),
+        ] {
+            let err = parse(args(line)).expect_err(line);
+            assert!(err.contains(says), "{line}: {err}");
+        }
+    }
+
+    fn report(modes: [SendMode; 4]) -> Report {
+        Report {
+            streams: [modes.map(Stream::new), modes.map(Stream::new)],
+            connected: true,
+            ended: BTreeMap::from([("client", DisconnectReason::Local), ("server", DisconnectReason::Remote)]),
+            gave_up: false,
+            notes: Vec::new(),
+        }
+    }
+
+    /// `seqs` sent, `delivered` of them delivered in that order.
+    fn stream(s: &mut Stream, sent: u64, delivered: &[u64]) {
+        for seq in 0..sent {
+            s.sent += 1;
+            s.seen.push(false);
+            let _ = seq;
+        }
+        for &seq in delivered {
+            s.receive(&packet(seq, Duration::ZERO, 40), Duration::from_millis(5));
+        }
+    }
+
+    const MODES: [SendMode; 4] = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive, SendMode::Reliable];
+
+    #[test]
+    fn a_complete_clean_run_holds_and_skipped_unreliable_packets_are_allowed() {
+        let mut r = report(MODES);
+        stream(&mut r.streams[0][0], 3, &[0, 1, 2]);
+        stream(&mut r.streams[0][1], 3, &[0, 2]);
+        stream(&mut r.streams[0][2], 3, &[1]);
+        assert_eq!(classify(&r), Verdict::Held);
+        assert_eq!((r.streams[0][1].skipped(), r.streams[0][1].missing()), (1, 0));
+        assert_eq!(Verdict::Held.exit_code(), 0);
+    }
+
+    #[test]
+    fn a_skipped_reliable_packet_or_a_reordered_or_corrupted_one_breaks_a_guarantee() {
+        let mut r = report(MODES);
+        stream(&mut r.streams[1][3], 3, &[0, 2]);
+        let Verdict::Broken(what) = classify(&r) else { panic!("{:?}", classify(&r)) };
+        assert!(what[0].contains("server->client ch3 reliable: 1 reliable packets skipped"), "{what:?}");
+
+        let mut r = report(MODES);
+        stream(&mut r.streams[0][1], 3, &[1, 0]);
+        r.streams[0][2].receive(b"garbage", Duration::ZERO);
+        let verdict = classify(&r);
+        assert_eq!(verdict.exit_code(), 1);
+        let Verdict::Broken(what) = verdict else { unreachable!() };
+        assert_eq!(what.len(), 2, "{what:?}");
+    }
+
+    #[test]
+    fn no_connection_a_lost_connection_or_an_overload_is_incomplete_not_a_violation() {
+        let mut r = report(MODES);
+        r.connected = false;
+        r.ended = BTreeMap::from([("client", DisconnectReason::Timeout)]);
+        let verdict = classify(&r);
+        assert_eq!(verdict.exit_code(), 3);
+        assert!(
+            matches!(&verdict, Verdict::Incomplete(why) if why.contains("could not be established")),
+            "{verdict:?}"
+        );
+
+        // The tail of a reliable stream never arrived because the connection timed out.
+        let mut r = report(MODES);
+        stream(&mut r.streams[0][0], 5, &[0, 1, 2]);
+        r.ended = BTreeMap::from([("client", DisconnectReason::Timeout)]);
+        let verdict = classify(&r);
+        assert!(matches!(&verdict, Verdict::Incomplete(why) if why.contains("ended early")), "{verdict:?}");
+
+        // Still in flight when the demo stopped waiting.
+        let mut r = report(MODES);
+        stream(&mut r.streams[0][0], 5, &[0, 1, 2]);
+        r.ended.clear();
+        r.gave_up = true;
+        let verdict = classify(&r);
+        assert!(matches!(&verdict, Verdict::Incomplete(why) if why.contains("overloaded")), "{verdict:?}");
+
+        // Everything arrived, but sends were refused for a full queue.
+        let mut r = report(MODES);
+        r.streams[1][3].refused = 4;
+        let verdict = classify(&r);
+        assert!(matches!(&verdict, Verdict::Incomplete(why) if why.contains("4 sends were refused")), "{verdict:?}");
+    }
+
+    #[test]
+    fn the_table_is_aligned() {
+        let mut r = report(MODES);
+        stream(&mut r.streams[0][0], 12_345, &[0, 1]);
+        let text = table(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 9);
+        // Every column ends at the same offset on every line.
+        let ends = |line: &str| -> Vec<usize> {
+            let mut ends = Vec::new();
+            let bytes = line.as_bytes();
+            for i in 1..=bytes.len() {
+                if bytes[i - 1] != b' ' && (i == bytes.len() || bytes[i] == b' ') {
+                    ends.push(i);
+                }
+            }
+            ends
+        };
+        let numbers = |line: &str| ends(line).into_iter().rev().take(9).collect::<Vec<_>>();
+        for line in &lines[1..] {
+            assert_eq!(numbers(line), numbers(lines[0]), "{text}");
+        }
+    }
+
+    /// A short real run: the whole demo, end to end.
+    #[test]
+    fn a_one_second_run_holds_every_guarantee() {
+        let o = options("--duration 1 --delay 5 --jitter 2");
+        let report = run(&o, false).unwrap();
+        assert_eq!(classify(&report), Verdict::Held, "{}", table(&report));
+        assert!(report.streams.iter().flatten().all(|s| s.delivered > 0), "{}", table(&report));
+    }
+
+    /// A link that loses everything: the connection attempt fails, and says so.
+    #[test]
+    fn a_dead_link_is_reported_as_a_failed_connection() {
+        let mut o = options("--loss 1 --duration 1");
+        o.connect_timeout = Duration::from_millis(300);
+        let report = run(&o, false).unwrap();
+        let verdict = classify(&report);
+        assert!(
+            matches!(&verdict, Verdict::Incomplete(why) if why.contains("could not be established")),
+            "{verdict:?}"
+        );
+        assert_eq!(verdict.exit_code(), 3);
     }
 }

@@ -11,18 +11,24 @@
 //!   your `Registry` under your token. Call [`Host::process`] when that token is ready or
 //!   when [`Host::timeout`] has passed, then drain [`Host::poll_event`].
 //!
-//! Either way the host drains the socket until it would block, feeds every datagram to the
-//! core with the current time, steps the core, and sends what it produced. A datagram the
-//! socket refuses with `WouldBlock` is kept, in order, for the next writable event; the
-//! adapter drops nothing. The core's randomness comes from the operating system.
+//! [`Host::process`] is two calls in one, also offered apart: [`Host::receive`] drains the
+//! socket and feeds every datagram to the core with the current time, and sends nothing;
+//! [`Host::flush`] steps the core ([`porous_proto::Host::step`]) and sends what it
+//! produced. A datagram the socket refuses with `WouldBlock` is kept, in order, for the
+//! next writable event; the adapter drops nothing. The core's randomness comes from the
+//! operating system.
+//!
+//! Receiving and sending are batched ([`porous_udp`]): one system call reads up to 32
+//! buffers (`recvmmsg`), each holding up to 64 datagrams where the kernel has UDP GRO, and
+//! consecutive equal-size datagrams to one peer leave in one UDP GSO send. Kernels without
+//! these get one datagram per call, silently; [`Host::set_batching`] forces that.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use bytes::Bytes;
 //! use porous_mio::{Event, Host, HostConfig, SendMode};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut server = Host::bind("127.0.0.1:7777".parse()?, HostConfig::default())?;
+//! let mut server = Host::bind("127.0.0.1:7777", HostConfig::default())?;
 //! loop {
 //!     if let Some(event) = server.service(Duration::from_millis(100))? {
 //!         match event {
@@ -38,55 +44,95 @@
 //! }
 //! # }
 //! ```
+//!
+//! # A fixed-tick game loop
+//!
+//! A game that reads the network, simulates, then sends, once per tick, calls
+//! [`Host::receive`] at the start of the tick and [`Host::flush`] at its end. Everything
+//! the tick queued (its packets to a peer and the acknowledgements of what arrived) then
+//! leaves in the same datagram, sent at once rather than a tick later. Calling
+//! [`Host::process`] at both ends instead sends twice per tick: the acknowledgements
+//! alone at the start, the packets at the end.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use porous_mio::{Bytes, Event, Host, HostConfig, PeerId, SendMode};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut server = Host::bind("127.0.0.1:0", HostConfig::default())?;
+//! let mut client = Host::bind("127.0.0.1:0", HostConfig::default())?;
+//! let to_server = client.connect(server.local_addr())?;
+//! let (mut connected, mut players) = (false, Vec::<PeerId>::new());
+//! let (mut inputs, mut snapshots) = (0, 0);
+//!
+//! let tick = Duration::from_secs(1) / 60;
+//! let mut next_tick = Instant::now();
+//! for frame in 0..45u32 {
+//!     // 1. Read the network. Nothing is sent here.
+//!     server.receive()?;
+//!     client.receive()?;
+//!
+//!     // 2. Simulate: handle what arrived, queue this tick's packets.
+//!     while let Some(event) = server.poll_event() {
+//!         match event {
+//!             Event::Connected { peer, .. } => players.push(peer),
+//!             Event::Received { .. } => inputs += 1,
+//!             _ => {}
+//!         }
+//!     }
+//!     while let Some(event) = client.poll_event() {
+//!         match event {
+//!             Event::Connected { .. } => connected = true,
+//!             Event::Received { .. } => snapshots += 1,
+//!             _ => {}
+//!         }
+//!     }
+//!     if connected {
+//!         let input = Bytes::from(frame.to_le_bytes().to_vec());
+//!         client.send(to_server, 0, input, SendMode::Reliable)?;
+//!     }
+//!     for &player in &players {
+//!         let snapshot = Bytes::from(vec![frame as u8; 200]);
+//!         server.send(player, 1, snapshot, SendMode::Unreliable)?;
+//!     }
+//!
+//!     // 3. Send: one flush per tick, so each peer gets the tick in one datagram.
+//!     server.flush()?;
+//!     client.flush()?;
+//!
+//!     next_tick += tick;
+//!     std::thread::sleep(next_tick.saturating_duration_since(Instant::now()));
+//! }
+//! assert!(inputs > 0 && snapshots > 0);
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::VecDeque;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Registry, Token};
+use porous_udp::{AsSocketRef, RecvBackoff, UdpIo};
+
+// The vocabulary every adapter re-exports, so that no application needs porous-proto or
+// bytes in its own Cargo.toml.
+pub use bytes::Bytes;
+/// The protocol core, for what the re-exports above do not cover.
+pub use porous_proto as proto;
 pub use porous_proto::{
-    ConnectError, DisconnectReason, Event, HostConfig, HostStats, PeerConfig, PeerId, PeerStats, SendError, SendMode,
-    Transmit,
+    ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats, MemoryUsage, Mismatch,
+    PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart, TransferStats, Transmit,
 };
+#[cfg(feature = "fault-injection")]
+pub use porous_udp::Faults;
+pub use porous_udp::{Batching, SOCKET_BUFFER, SocketStats};
 
 /// The token the socket is registered under in standalone mode.
 const OWN_TOKEN: Token = Token(0);
-
-/// Largest UDP payload the receive buffer takes.
-const MAX_DATAGRAM: usize = 65_536;
-
-/// The kernel receive and send buffer size the adapter asks for, in bytes.
-///
-/// Defaults (208 KiB on Linux) overflow when a LAN transfer's congestion window outgrows
-/// them, and every overflow is a loss the congestion controller backs off from. ENet asks
-/// for 256 KiB; a larger buffer lets the window grow further between losses. The kernel
-/// may grant less (Linux caps it at `net.core.rmem_max` and `wmem_max`) or refuse it, and
-/// the adapter then keeps what it has.
-pub const SOCKET_BUFFER: usize = 1 << 20;
-
-/// Socket-level counters of the adapter (the protocol's are in
-/// [`porous_proto::Host::stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SocketStats {
-    /// Datagrams received from the socket.
-    pub received: u64,
-    /// Datagrams handed to the socket.
-    pub sent: u64,
-    /// Sends that hit `WouldBlock` and were kept for later.
-    pub would_block: u64,
-    /// Datagrams the socket refused with another error (counted, then dropped: the
-    /// protocol recovers them like any loss).
-    pub send_errors: u64,
-    /// Receive errors other than `WouldBlock` (such as an ICMP "port unreachable" some
-    /// systems report on UDP sockets).
-    pub recv_errors: u64,
-}
 
 /// A POROUS host on a mio UDP socket. See the [crate docs](crate).
 pub struct Host {
@@ -94,11 +140,10 @@ pub struct Host {
     socket: UdpSocket,
     /// Our own poll, in standalone mode.
     poll: Option<(Poll, Events)>,
-    /// Transmits the socket would not take yet, oldest first.
-    blocked: VecDeque<Transmit>,
-    buf: Box<[u8]>,
+    /// Receive buffers and the datagrams the socket would not take yet, oldest first.
+    io: UdpIo,
+    backoff: RecvBackoff,
     local: SocketAddr,
-    stats: SocketStats,
 }
 
 impl core::fmt::Debug for Host {
@@ -106,67 +151,60 @@ impl core::fmt::Debug for Host {
         f.debug_struct("Host")
             .field("local", &self.local)
             .field("standalone", &self.poll.is_some())
-            .field("blocked", &self.blocked.len())
+            .field("io", &self.io)
             .field("core", &self.core)
-            .field("stats", &self.stats)
             .finish()
     }
 }
 
-/// A non-blocking socket bound to `addr`, with buffers of [`SOCKET_BUFFER`] where the
-/// kernel grants them.
-fn bind_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let socket = UdpSocket::bind(addr)?;
-    let options = socket2::SockRef::from(&socket);
-    // Best effort: a refusal leaves the default, which works, only with more losses.
-    let _ = options.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = options.set_send_buffer_size(SOCKET_BUFFER);
-    Ok(socket)
-}
-
-fn config_error(e: porous_proto::ConfigError) -> io::Error {
+fn config_error(e: ConfigError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, e)
 }
 
 impl Host {
-    fn new(socket: UdpSocket, config: HostConfig, poll: Option<(Poll, Events)>) -> io::Result<Self> {
+    fn new(addr: impl ToSocketAddrs, config: HostConfig, registry: Option<(&Registry, Token)>) -> io::Result<Self> {
         let rng = rand_core::UnwrapErr(getrandom::SysRng);
         let core = porous_proto::Host::new(config, rng).map_err(config_error)?;
+        let mut socket = UdpSocket::from_std(porous_udp::bind(addr)?);
+        let io = UdpIo::new(&socket, Batching::default())?;
         let local = socket.local_addr()?;
-        Ok(Self {
-            core,
-            socket,
-            poll,
-            blocked: VecDeque::new(),
-            buf: vec![0; MAX_DATAGRAM].into_boxed_slice(),
-            local,
-            stats: SocketStats::default(),
-        })
+        let poll = match registry {
+            Some((registry, token)) => {
+                registry.register(&mut socket, token, Interest::READABLE | Interest::WRITABLE)?;
+                None
+            }
+            None => {
+                let poll = Poll::new()?;
+                poll.registry().register(&mut socket, OWN_TOKEN, Interest::READABLE | Interest::WRITABLE)?;
+                Some((poll, Events::with_capacity(64)))
+            }
+        };
+        Ok(Self { core, socket, poll, io, backoff: RecvBackoff::new(), local })
     }
 
-    /// A standalone host on a socket bound to `addr` (port 0 picks a free one), driven by
-    /// [`Host::service`].
-    pub fn bind(addr: SocketAddr, config: HostConfig) -> io::Result<Self> {
-        let mut socket = bind_socket(addr)?;
-        let poll = Poll::new()?;
-        poll.registry().register(&mut socket, OWN_TOKEN, Interest::READABLE | Interest::WRITABLE)?;
-        Self::new(socket, config, Some((poll, Events::with_capacity(64))))
+    /// A standalone host on a socket bound to `addr` (port 0 picks a free one; a name is
+    /// resolved with the system resolver and the first address that binds is used), driven
+    /// by [`Host::service`].
+    pub fn bind(addr: impl ToSocketAddrs, config: HostConfig) -> io::Result<Self> {
+        Self::new(addr, config, None)
     }
 
     /// A host on a socket bound to `addr`, registered with `registry` under `token` for your
     /// own event loop: call [`Host::process`] when `token` is ready or [`Host::timeout`]
     /// has passed.
-    pub fn bind_with(addr: SocketAddr, config: HostConfig, registry: &Registry, token: Token) -> io::Result<Self> {
-        let mut socket = bind_socket(addr)?;
-        registry.register(&mut socket, token, Interest::READABLE | Interest::WRITABLE)?;
-        Self::new(socket, config, None)
+    pub fn bind_with(
+        addr: impl ToSocketAddrs,
+        config: HostConfig,
+        registry: &Registry,
+        token: Token,
+    ) -> io::Result<Self> {
+        Self::new(addr, config, Some((registry, token)))
     }
 
     /// The socket's receive and send buffer sizes as the kernel granted them (see
     /// [`SOCKET_BUFFER`]; Linux reports twice the size asked for, its bookkeeping included).
     pub fn socket_buffers(&self) -> io::Result<(usize, usize)> {
-        let options = socket2::SockRef::from(&self.socket);
-        Ok((options.recv_buffer_size()?, options.send_buffer_size()?))
+        porous_udp::socket_buffers(&self.socket)
     }
 
     /// The address the socket is bound to.
@@ -179,15 +217,34 @@ impl Host {
         &self.core
     }
 
-    /// The protocol core, for calls this adapter does not wrap. Call [`Host::process`]
-    /// afterwards so anything it queued is sent.
+    /// The protocol core, for calls this adapter does not wrap. Call [`Host::flush`] (or
+    /// [`Host::process`]) afterwards so anything it queued is sent.
     pub fn core_mut(&mut self) -> &mut porous_proto::Host {
         &mut self.core
     }
 
     /// Socket-level counters.
     pub fn socket_stats(&self) -> SocketStats {
-        self.stats
+        self.io.stats()
+    }
+
+    /// The batching in use (by default all the kernel offers).
+    pub fn batching(&self) -> Batching {
+        self.io.batching()
+    }
+
+    /// Changes the batching: [`Batching::NONE`] makes one system call per datagram, as on a
+    /// kernel without `recvmmsg`, GSO and GRO. For tests, comparisons, and systems where an
+    /// offload misbehaves.
+    pub fn set_batching(&mut self, batching: Batching) {
+        self.io.set_batching(batching);
+    }
+
+    /// Makes the socket fail on purpose from the next call on (feature
+    /// `fault-injection`), to test how an application copes; [`Faults::NONE`] ends it.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_faults(&mut self, faults: Faults) {
+        self.io.inject(faults);
     }
 
     /// Starts connecting to `remote`; `Connected` or `Disconnected` follows for the id.
@@ -195,7 +252,8 @@ impl Host {
         self.core.connect(Instant::now(), remote)
     }
 
-    /// Queues a packet; it leaves at the next [`Host::process`] or [`Host::service`].
+    /// Queues a packet; it leaves at the next [`Host::flush`], [`Host::process`] or
+    /// [`Host::service`].
     pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
         self.core.send(peer, channel, data, mode)
     }
@@ -223,55 +281,64 @@ impl Host {
     /// How long until [`Host::process`] must run again (for your poll's timeout); `None`
     /// when only a datagram can give it work.
     pub fn timeout(&self) -> Option<Duration> {
-        if !self.blocked.is_empty() {
+        if self.io.pending() > 0 {
             // Waiting for writability; the readiness event will come, but keep time moving.
             return Some(Duration::from_millis(1));
         }
-        self.core.poll_timeout().map(|t| t.saturating_duration_since(Instant::now()))
+        let due = [self.core.poll_timeout(), self.backoff.resume_at()].into_iter().flatten().min()?;
+        Some(due.saturating_duration_since(Instant::now()))
     }
 
-    /// Does all the host's work now: reads every datagram the socket holds, steps the
-    /// core, and sends everything it produced (keeping what would block).
+    /// Does all the host's work now: [`Host::receive`], then [`Host::flush`].
     pub fn process(&mut self) -> io::Result<()> {
-        self.receive();
-        self.core.step(Instant::now());
-        self.transmit();
-        Ok(())
+        self.receive()?;
+        self.flush()
     }
 
-    fn receive(&mut self) {
+    /// Reads every datagram the socket holds and feeds each to the core
+    /// ([`porous_proto::Host::handle_datagram`]); then drain [`Host::poll_event`]. Sends
+    /// nothing: what the datagrams call for (acknowledgements, handshake replies) leaves
+    /// at the next [`Host::flush`], together with the packets queued meanwhile.
+    ///
+    /// A receive error (an ICMP report some systems surface on UDP sockets) is counted in
+    /// [`SocketStats::recv_errors`] and skipped. If errors repeat, receiving pauses for a
+    /// moment that grows up to 64 ms ([`porous_udp::RecvBackoff`]), and [`Host::timeout`]
+    /// includes the moment to try again.
+    pub fn receive(&mut self) -> io::Result<()> {
         loop {
-            match self.socket.recv_from(&mut self.buf) {
-                Ok((n, from)) => {
-                    self.stats.received += 1;
-                    let datagram = self.buf.get(..n).unwrap_or_default();
-                    self.core.handle_datagram(Instant::now(), from, datagram);
+            let now = Instant::now();
+            if self.backoff.paused(now) {
+                return Ok(());
+            }
+            match self.io.recv(self.socket.as_socket_ref()) {
+                Ok(_) => {
+                    self.backoff.ok();
+                    for (from, datagram) in self.io.received() {
+                        self.core.handle_datagram(now, from, datagram);
+                    }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => self.stats.recv_errors += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.backoff.ok();
+                    return Ok(());
+                }
+                // Counted by `UdpIo`.
+                Err(_) => self.backoff.error(now),
             }
         }
     }
 
-    fn transmit(&mut self) {
-        // Oldest first: what was held back, then what the core just produced.
-        while let Some(t) = self.blocked.pop_front().or_else(|| self.core.poll_transmit()) {
-            match self.socket.send_to(&t.payload, t.remote) {
-                Ok(_) => self.stats.sent += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.stats.would_block += 1;
-                    self.blocked.push_front(t);
-                    // Keep the rest in order behind it.
-                    while let Some(t) = self.core.poll_transmit() {
-                        self.blocked.push_back(t);
-                    }
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.blocked.push_front(t),
-                Err(_) => self.stats.send_errors += 1,
-            }
+    /// Steps the core ([`porous_proto::Host::step`]: timers, then everything queued is
+    /// assembled into datagrams) and sends the datagrams, with any the socket held back
+    /// before. This is the only call that sends.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.core.step(Instant::now());
+        while let Some(t) = self.core.poll_transmit() {
+            self.io.push(t);
         }
+        // `WouldBlock` keeps the rest queued for the next writable event; other errors
+        // are counted per destination and never returned.
+        let _ = self.io.send(self.socket.as_socket_ref());
+        Ok(())
     }
 
     /// Standalone mode: returns the next event, waiting for up to `timeout` for one while

@@ -249,3 +249,19 @@ fn socket_buffers_grow_where_the_kernel_allows_and_never_shrink() {
         );
     }
 }
+
+/// `bind` takes what the async adapters' `bind` takes: anything `ToSocketAddrs`.
+#[test]
+fn bind_takes_the_same_address_forms_as_the_async_adapters() {
+    let by_str = Host::bind("127.0.0.1:0", HostConfig::default()).unwrap();
+    let by_tuple = Host::bind(("127.0.0.1", 0), HostConfig::default()).unwrap();
+    let by_addr = Host::bind(any(false), HostConfig::default()).unwrap();
+    for host in [&by_str, &by_tuple, &by_addr] {
+        assert!(host.local_addr().ip().is_loopback() && host.local_addr().port() != 0);
+    }
+    let taken = Host::bind(by_str.local_addr(), HostConfig::default()).unwrap_err();
+    assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
+    let poll = Poll::new().unwrap();
+    let embedded = Host::bind_with("[::1]:0", HostConfig::default(), poll.registry(), Token(1)).unwrap();
+    assert!(embedded.local_addr().is_ipv6());
+}

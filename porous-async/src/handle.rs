@@ -2,19 +2,24 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
-use async_std::channel::{self, Receiver, Sender};
-use async_std::net::{ToSocketAddrs, UdpSocket};
-use async_std::task;
+use async_channel::{Receiver, Sender};
 use bytes::Bytes;
-use porous_proto::{DisconnectReason, HostConfig, HostStats, PeerId, PeerStats, SendError, SendMode};
+#[cfg(feature = "fault-injection")]
+use porous_udp::Faults;
+use porous_udp::{Batching, SocketStats, UdpIo};
 
 use crate::driver::Driver;
-use crate::{ACCEPT_BACKLOG, DeliveryStats, Disconnected, Error, SOCKET_BUFFER};
+use crate::mailbox::{Mailbox, Take};
+use crate::runtime::Runtime;
+use crate::{
+    ACCEPT_BACKLOG, DeliveryStats, DisconnectReason, Disconnected, Error, HostConfig, HostStats, Packet, PeerId,
+    PeerStats, SendError, SendMode,
+};
 
 /// Commands that wait for the driver; a capacity-1 wake-up would do, a few more let
 /// `connect` calls queue without waiting.
@@ -26,6 +31,11 @@ pub(crate) enum Command {
     Wake,
     /// Connect to an address; the reply comes once the connection is up or has failed.
     Connect(SocketAddr, Sender<Result<PeerParts, Error>>),
+    /// Use this batching from now on.
+    Batching(Batching),
+    /// Inject these faults from now on.
+    #[cfg(feature = "fault-injection")]
+    Faults(Faults),
 }
 
 /// Locks the core. A panic elsewhere cannot leave it half-updated in a way that matters
@@ -34,19 +44,45 @@ pub(crate) fn lock(core: &Mutex<porous_proto::Host>) -> MutexGuard<'_, porous_pr
     core.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Every graceful disconnection this crate asks of the core goes through here.
+pub(crate) fn disconnect(core: &mut porous_proto::Host, peer: PeerId) {
+    core.disconnect(Instant::now(), peer);
+}
+
+/// Every immediate disconnection this crate asks of the core goes through here.
+pub(crate) fn disconnect_now(core: &mut porous_proto::Host, peer: PeerId) {
+    core.disconnect_now(Instant::now(), peer);
+}
+
 /// What every handle holds: the core, and the way to the driver. The driver stops once
 /// the last `Link` is dropped, because that closes its command channel.
 #[derive(Clone)]
 struct Link {
     core: Arc<Mutex<porous_proto::Host>>,
     commands: Sender<Command>,
+    /// A wake-up is on its way to the driver (see [`HostShared::wake_pending`]).
+    shared: Arc<HostShared>,
 }
 
 impl Link {
     fn wake(&self) {
-        // A full queue already holds a wake-up; a closed one has no driver to wake.
+        // One wake-up per driver round is enough: a burst of sends costs one.
+        if self.shared.wake_pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // A full queue already holds a command; a closed one has no driver to wake.
         let _ = self.commands.try_send(Command::Wake);
     }
+}
+
+/// The state of a host that the driver and the `Host` handles share.
+#[derive(Debug, Default)]
+pub(crate) struct HostShared {
+    /// The socket's counters, as of the driver's last round.
+    pub(crate) socket: Mutex<SocketStats>,
+    /// Set by the handle that sends the driver a wake-up, cleared by the driver when a
+    /// round starts: handles skip the channel while a wake-up is pending.
+    pub(crate) wake_pending: AtomicBool,
 }
 
 /// The state of a connection that the driver and the connection's handles share.
@@ -54,8 +90,6 @@ impl Link {
 pub(crate) struct PeerShared {
     /// Why the connection ended, set when the core reports it.
     pub(crate) reason: OnceLock<DisconnectReason>,
-    /// The driver holds packets back for want of room: the next `recv` must wake it.
-    pub(crate) parked: AtomicBool,
     /// See [`DeliveryStats`].
     pub(crate) unreliable_dropped: AtomicU64,
     /// See [`DeliveryStats`].
@@ -67,7 +101,7 @@ pub(crate) struct PeerParts {
     pub(crate) id: PeerId,
     pub(crate) remote: SocketAddr,
     /// The delivery queue; it closes after the last packet once the connection ended.
-    pub(crate) packets: Receiver<(usize, Bytes)>,
+    pub(crate) mailbox: Arc<Mailbox>,
     /// Closes when the core reports the connection ended.
     pub(crate) ended: Receiver<Infallible>,
     pub(crate) shared: Arc<PeerShared>,
@@ -82,6 +116,7 @@ pub struct Host {
     link: Link,
     accept: Receiver<PeerParts>,
     local_addr: SocketAddr,
+    shared: Arc<HostShared>,
 }
 
 impl fmt::Debug for Host {
@@ -91,24 +126,36 @@ impl fmt::Debug for Host {
 }
 
 impl Host {
-    /// Binds a UDP socket to `addr` and spawns the driver task (with
-    /// `async_std::task::spawn`). The core's random generator is seeded from the OS.
-    pub async fn bind(addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
+    /// Binds a UDP socket to `addr` (port 0 picks a free one; a name is resolved with the
+    /// system resolver, blocking, and the first address that binds is used) and spawns the
+    /// driver task on `runtime`. The core's random generator is seeded from the OS.
+    ///
+    /// The runtime crates wrap this as `Host::bind(addr, config)`.
+    pub fn bind_with(runtime: &dyn Runtime, addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
         let rng = rand_core::UnwrapErr(getrandom::SysRng);
         let core = porous_proto::Host::new(config, rng).map_err(Error::Config)?;
-        let socket = UdpSocket::bind(addr).await.map_err(Error::Io)?;
-        let options = socket2::SockRef::from(&socket);
-        // Best effort, as in porous-mio: the kernel may grant less, and the default works.
-        let _ = options.set_recv_buffer_size(SOCKET_BUFFER);
-        let _ = options.set_send_buffer_size(SOCKET_BUFFER);
+        let socket = porous_udp::bind(addr).map_err(Error::Io)?;
+        let io = UdpIo::new(&socket, Batching::default()).map_err(Error::Io)?;
         let local_addr = socket.local_addr().map_err(Error::Io)?;
-        let (commands, command_rx) = channel::bounded(COMMANDS);
-        let (accept_tx, accept) = channel::bounded(ACCEPT_BACKLOG);
-        let link = Link { core: Arc::new(Mutex::new(core)), commands };
-        let driver = Driver::new(socket, Arc::clone(&link.core), command_rx, accept_tx, accept.clone());
+        let socket = runtime.wrap_udp_socket(socket).map_err(Error::Io)?;
+        let (commands, command_rx) = async_channel::bounded(COMMANDS);
+        let (accept_tx, accept) = async_channel::bounded(ACCEPT_BACKLOG);
+        let shared = Arc::new(HostShared::default());
+        let link = Link { core: Arc::new(Mutex::new(core)), commands, shared: Arc::clone(&shared) };
+        let timer = runtime.new_timer(Instant::now());
+        let driver = Driver::new(
+            socket,
+            io,
+            timer,
+            Arc::clone(&link.core),
+            command_rx,
+            accept_tx,
+            accept.clone(),
+            Arc::clone(&shared),
+        );
         // Detached: the driver ends by itself once every handle is gone.
-        drop(task::spawn(driver.run()));
-        Ok(Self { link, accept, local_addr })
+        runtime.spawn(Box::pin(driver));
+        Ok(Self { link, accept, local_addr, shared })
     }
 
     /// The address the socket is bound to (with the port the OS picked for port 0).
@@ -121,8 +168,11 @@ impl Host {
     /// exists, the host is full, the address is invalid) or [`Error::Failed`] (timed
     /// out, refused by the remote, incompatible). Dropping the future before it resolves
     /// abandons the attempt; a connection established meanwhile is ended at once.
+    ///
+    /// `remote` is an address, not a name: resolve names with your runtime's resolver
+    /// (such as `tokio::net::lookup_host`), so that the lookup does not block it.
     pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
-        let (reply, result) = channel::bounded(1);
+        let (reply, result) = async_channel::bounded(1);
         self.link.commands.send(Command::Connect(remote, reply)).await.map_err(|_| Error::Stopped)?;
         let parts = result.recv().await.map_err(|_| Error::Stopped)??;
         Ok(Peer::new(parts, self.link.clone()))
@@ -139,6 +189,26 @@ impl Host {
     pub fn stats(&self) -> HostStats {
         lock(&self.link.core).stats()
     }
+
+    /// The socket's counters, as of the driver's last round.
+    pub fn socket_stats(&self) -> SocketStats {
+        *self.shared.socket.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Changes the socket's batching from the driver's next round on: [`Batching::NONE`]
+    /// makes one system call per datagram, as on a kernel without `recvmmsg`, GSO and GRO.
+    /// For tests, comparisons, and systems where an offload misbehaves.
+    pub fn set_batching(&self, batching: Batching) {
+        // Only a stopped driver refuses it, and then nothing is batched any more.
+        let _ = self.link.commands.try_send(Command::Batching(batching));
+    }
+
+    /// Makes the socket fail on purpose from the driver's next round on (feature
+    /// `fault-injection`), to test how an application copes; [`Faults::NONE`] ends it.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_faults(&self, faults: Faults) {
+        let _ = self.link.commands.try_send(Command::Faults(faults));
+    }
 }
 
 /// One connection. Cheap to clone; clones share one delivery queue, so each packet goes
@@ -151,7 +221,7 @@ pub struct Peer {
 struct PeerInner {
     id: PeerId,
     remote: SocketAddr,
-    packets: Receiver<(usize, Bytes)>,
+    mailbox: Arc<Mailbox>,
     ended: Receiver<Infallible>,
     shared: Arc<PeerShared>,
     link: Link,
@@ -160,7 +230,7 @@ struct PeerInner {
 impl Drop for PeerInner {
     fn drop(&mut self) {
         // A no-op if the connection has ended already.
-        lock(&self.link.core).disconnect(Instant::now(), self.id);
+        disconnect(&mut lock(&self.link.core), self.id);
         self.link.wake();
     }
 }
@@ -173,8 +243,8 @@ impl fmt::Debug for Peer {
 
 impl Peer {
     fn new(parts: PeerParts, link: Link) -> Self {
-        let PeerParts { id, remote, packets, ended, shared } = parts;
-        Self { inner: Arc::new(PeerInner { id, remote, packets, ended, shared, link }) }
+        let PeerParts { id, remote, mailbox, ended, shared } = parts;
+        Self { inner: Arc::new(PeerInner { id, remote, mailbox, ended, shared, link }) }
     }
 
     /// The connection's id in the core.
@@ -196,14 +266,19 @@ impl Peer {
         Ok(())
     }
 
-    /// The next packet and its channel, or, once every packet that arrived has been
-    /// returned, why the connection ended.
-    pub async fn recv(&self) -> Result<(usize, Bytes), Disconnected> {
-        let packet = self.inner.packets.recv().await;
-        if self.inner.shared.parked.swap(false, Ordering::SeqCst) {
-            self.inner.link.wake();
+    /// The next packet, with its channel and send mode, or, once every packet that
+    /// arrived has been returned, why the connection ended.
+    pub async fn recv(&self) -> Result<Packet, Disconnected> {
+        match std::future::poll_fn(|cx| self.inner.mailbox.poll_take(cx)).await {
+            Take::Packet(packet, refill) => {
+                if refill {
+                    // The driver holds packets for want of room: there is room now.
+                    self.inner.link.wake();
+                }
+                Ok(packet)
+            }
+            Take::Closed => Err(Disconnected(self.reason())),
         }
-        packet.map_err(|_| Disconnected(self.reason()))
     }
 
     /// Disconnects gracefully and waits until the core reports the end: packets already
@@ -214,7 +289,7 @@ impl Peer {
     /// readable with [`Peer::recv`]; keep reading if the remote sends a lot, since a full
     /// delivery queue defers the acknowledgements the flush waits for.
     pub async fn disconnect(&self) -> DisconnectReason {
-        lock(&self.inner.link.core).disconnect(Instant::now(), self.inner.id);
+        disconnect(&mut lock(&self.inner.link.core), self.inner.id);
         self.inner.link.wake();
         // Nothing is ever sent on `ended`: this returns when it closes.
         let _ = self.inner.ended.recv().await;
@@ -225,7 +300,7 @@ impl Peer {
     /// effort. `recv` then returns the packets already queued, then
     /// [`DisconnectReason::Local`].
     pub fn disconnect_now(&self) {
-        lock(&self.inner.link.core).disconnect_now(Instant::now(), self.inner.id);
+        disconnect_now(&mut lock(&self.inner.link.core), self.inner.id);
         self.inner.link.wake();
     }
 
@@ -239,7 +314,7 @@ impl Peer {
     pub fn delivery_stats(&self) -> DeliveryStats {
         let s = &self.inner.shared;
         DeliveryStats {
-            queued: self.inner.packets.len(),
+            queued: self.inner.mailbox.len(),
             unreliable_dropped: s.unreliable_dropped.load(Ordering::Relaxed),
             datagrams_deferred: s.datagrams_deferred.load(Ordering::Relaxed),
         }

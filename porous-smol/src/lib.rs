@@ -1,0 +1,163 @@
+//! POROUS on smol: a [`Host`] you can `.await`, without async-std.
+//!
+//! [`Host::bind`] opens a UDP socket and spawns one *driver* task on smol's global
+//! executor that owns it and the sans-IO protocol core
+//! ([`porous_proto::Host`](proto::Host)). [`Host`] and [`Peer`] are cheap cloneable handles
+//! to it. The driver and the handles are [`porous_async`]'s, written once for every
+//! runtime; this crate binds them to smol (the socket and the timer are `async-io`'s, the
+//! reactor smol runs on), and its API is the same as `porous-tokio`'s and
+//! `porous-async-std`'s. Nothing here depends on async-std.
+//!
+//! ```
+//! use porous_smol::{Host, HostConfig, SendMode};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! smol::block_on(async {
+//!     let server = Host::bind("127.0.0.1:0", HostConfig::default()).await?;
+//!     let client = Host::bind("127.0.0.1:0", HostConfig::default()).await?;
+//!
+//!     let (to_client, to_server) = smol::future::zip(server.accept(), client.connect(server.local_addr())).await;
+//!     let (to_client, to_server) = (to_client?, to_server?);
+//!
+//!     to_server.send(2, &b"hello"[..], SendMode::Reliable)?;
+//!     let packet = to_client.recv().await?;
+//!     assert_eq!((packet.channel, packet.mode, &packet.data[..]), (2, SendMode::Reliable, &b"hello"[..]));
+//!
+//!     // Flushes what was sent, then completes the disconnection handshake.
+//!     to_server.disconnect().await;
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
+//! To run drivers on an executor of your own, bind through
+//! [`porous_async::Host::bind_with`] with [`SmolRuntime::with_executor`].
+//!
+//! Every queue between the driver and the handles is bounded, a slow reader slows only its
+//! own sender, and the driver stops once the last handle is dropped: see
+//! [`porous_async`'s documentation](porous_async#queues-and-backpressure).
+//! `cargo run -p porous-smol --example smol_echo` runs an echo server and a client in one
+//! program.
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[cfg(feature = "fault-injection")]
+pub use porous_async::Faults;
+use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
+use porous_async::runtime::{AsyncTimer, AsyncUdpSocket, Runtime};
+pub use porous_async::{
+    ACCEPT_BACKLOG, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE, DeliveryStats,
+    DisconnectReason, Disconnected, Error, Event, HostConfig, HostStats, MemoryUsage, Mismatch, Packet, Peer,
+    PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SendError, SendMode, SequenceStart, SocketStats,
+    TransferStats, Transmit, proto,
+};
+
+/// The smol runtime for [`porous_async`]: drivers spawned on smol's global executor (which
+/// runs on its own threads) or on an executor of yours, sockets and timers on the
+/// `async-io` reactor.
+#[derive(Clone, Debug, Default)]
+pub struct SmolRuntime {
+    executor: Option<Arc<smol::Executor<'static>>>,
+}
+
+impl SmolRuntime {
+    /// Drivers on smol's global executor (`smol::spawn`). [`Host::bind`] uses this.
+    pub fn global() -> Self {
+        Self::default()
+    }
+
+    /// Drivers on `executor`, which your application runs (with `executor.run(..)` on
+    /// threads of its own): a driver makes progress only while the executor does.
+    pub fn with_executor(executor: Arc<smol::Executor<'static>>) -> Self {
+        Self { executor: Some(executor) }
+    }
+}
+
+impl Runtime for SmolRuntime {
+    fn spawn(&self, driver: Pin<Box<dyn Future<Output = ()> + Send>>) {
+        // Detached: the driver ends by itself once every handle is gone.
+        match &self.executor {
+            Some(executor) => executor.spawn(driver).detach(),
+            None => smol::spawn(driver).detach(),
+        }
+    }
+
+    fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn AsyncTimer>> {
+        Box::pin(AsyncIoTimer::at(deadline))
+    }
+
+    fn wrap_udp_socket(&self, socket: std::net::UdpSocket) -> io::Result<Box<dyn AsyncUdpSocket>> {
+        Ok(Box::new(AsyncIoSocket::new(socket)?))
+    }
+}
+
+/// A POROUS host: one UDP socket and its connections, driven by a background task.
+///
+/// Cheap to clone; every clone is a handle to the same host. See
+/// [`porous_async::Host`], which this wraps, for the queues and the driver's lifetime.
+#[derive(Clone, Debug)]
+pub struct Host(porous_async::Host);
+
+impl Host {
+    /// Binds a UDP socket to `addr` (port 0 picks a free one; a name is resolved with the
+    /// system resolver and the first address that binds is used) and spawns the driver
+    /// task on smol's global executor. The core's random generator is seeded from the OS.
+    pub async fn bind(addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
+        porous_async::Host::bind_with(&SmolRuntime::global(), addr, config).map(Self)
+    }
+
+    /// The address the socket is bound to (with the port the OS picked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.0.local_addr()
+    }
+
+    /// Connects to `remote`; see [`porous_async::Host::connect`]. Resolve names with
+    /// `smol::net::resolve`.
+    pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
+        self.0.connect(remote).await
+    }
+
+    /// The next established incoming connection; see [`porous_async::Host::accept`].
+    pub async fn accept(&self) -> Result<Peer, Error> {
+        self.0.accept().await
+    }
+
+    /// The core's counters of this host.
+    pub fn stats(&self) -> HostStats {
+        self.0.stats()
+    }
+
+    /// The socket's counters, as of the driver's last round.
+    pub fn socket_stats(&self) -> SocketStats {
+        self.0.socket_stats()
+    }
+
+    /// Changes the socket's batching; see [`porous_async::Host::set_batching`].
+    pub fn set_batching(&self, batching: Batching) {
+        self.0.set_batching(batching);
+    }
+
+    /// Makes the socket fail on purpose (feature `fault-injection`); see
+    /// [`porous_async::Host::inject_faults`].
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_faults(&self, faults: Faults) {
+        self.0.inject_faults(faults);
+    }
+
+    /// The runtime-independent handle this wraps.
+    pub fn as_async(&self) -> &porous_async::Host {
+        &self.0
+    }
+}
+
+impl From<Host> for porous_async::Host {
+    fn from(host: Host) -> Self {
+        host.0
+    }
+}
