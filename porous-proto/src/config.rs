@@ -68,8 +68,11 @@ pub struct ChannelConfig {
     pub weight: u32,
     /// How long an unreliable packet may wait in the send queue: one not sent by then is
     /// dropped (counted in [`TransferStats::unreliable_expired`](crate::TransferStats)),
-    /// never sent late. Counted from the host's latest call that gave a time (its last
-    /// step or datagram). `None`: no deadline. Default: 100 ms (six ticks at 60 Hz: a
+    /// never sent late. Counted from the first call after the send that gives the host a
+    /// time ([`Host::step`](crate::Host::step) or
+    /// [`Host::handle_datagram`](crate::Host::handle_datagram)): `send` takes no time, and
+    /// a host idle for a while would otherwise date the packet from its last call.
+    /// `None`: no deadline. Default: 100 ms (six ticks at 60 Hz: a
     /// state update older than that is stale).
     pub unreliable_deadline: Option<Duration>,
     /// A newer unreliable packet replaces older ones still queued on this channel (for

@@ -427,11 +427,14 @@ impl Host {
         self.timers.peek().map(|Reverse((t, _, _))| *t)
     }
 
-    /// Queues a packet for `peer` on `channel`. It leaves at the next [`Host::step`].
+    /// Queues a packet for `peer` on `channel`. It leaves at the next [`Host::step`]; an
+    /// unreliable packet's deadline
+    /// ([`ChannelConfig::unreliable_deadline`](crate::ChannelConfig::unreliable_deadline))
+    /// counts from that step, or from an earlier [`Host::handle_datagram`].
     pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
         let index = self.peer_index(peer).ok_or(SendError::UnknownPeer)?;
         let p = self.slots.get_mut(index).and_then(|s| s.peer.as_deref_mut()).ok_or(SendError::UnknownPeer)?;
-        p.send(channel, data, mode, self.last_now)?;
+        p.send(channel, data, mode)?;
         self.mark_dirty(peer.index);
         Ok(())
     }

@@ -14,6 +14,9 @@ pub struct TransferStats {
     pub frames_resent: u64,
     /// Frames considered dropped (by timeout or by later acknowledgements).
     pub frames_lost: u64,
+    /// Of those, frames the peer had received after all: their acknowledgement was lost or
+    /// late, not the frame. The congestion model takes such losses back.
+    pub losses_spurious: u64,
     /// Frames acknowledged.
     pub frames_acked: u64,
     /// Dropped unreliable frames turned into sentinel frames.

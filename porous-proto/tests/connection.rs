@@ -261,6 +261,25 @@ fn connecting_to_nobody_times_out_and_silence_times_out_a_connection() {
 }
 
 #[test]
+fn an_unreliable_deadline_counts_from_the_step_that_sends_it_not_a_stale_clock() {
+    // A host idle for a second (no calls at all), then a send: the deadline counts from
+    // the step that follows, not from the last time the host was given.
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let (pa, _) = p.establish();
+    let idle = p.now + SEC;
+    assert!(HostConfig::default().peer.channels[1].unreliable_deadline.is_some_and(|d| d < SEC));
+    p.a.send(pa, 1, Bytes::from_static(b"state"), SendMode::Unreliable).unwrap();
+    p.a.step(idle);
+    let mut sent = 0;
+    while p.a.poll_transmit().is_some() {
+        sent += 1;
+    }
+    let s = p.a.peer_stats(pa).unwrap().transfer;
+    assert_eq!(s.unreliable_expired, 0);
+    assert!(sent >= 1, "the packet went at the step");
+}
+
+#[test]
 fn pings_keep_an_idle_connection_alive() {
     let mut p = Pair::new(HostConfig::default(), HostConfig::default());
     let (pa, _) = p.establish();

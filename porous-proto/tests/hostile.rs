@@ -98,7 +98,7 @@ impl Hostile {
     fn frame(&mut self, msgs: &[Message<'_>], acks: &[AckRange], echo: Option<u8>) -> Vec<u8> {
         let id = self.next_frame;
         self.next_frame = self.next_frame.wrapping_add(1);
-        let header = DataHeader { frame: Some((id, 4)), ping: None, ping_ack: echo, acks };
+        let header = DataHeader { frame: Some((id, 4)), ping: None, ping_ack: echo, acks, ack_delay: 0 };
         let mut out = BytesMut::new();
         let mut w = DataWriter::new(&mut out, self.keys().0, &header);
         for (i, m) in msgs.iter().enumerate() {

@@ -243,14 +243,21 @@ impl Channels {
         }
     }
 
-    /// Queues a packet on `channel`, sent at `now` (the host's latest time, which an
-    /// unreliable packet's deadline counts from), its messages going to `sink`.
+    /// Stamps the deadlines of packets still waiting for window space that were sent since
+    /// the last stamp.
+    pub(crate) fn stamp(&mut self, now: Instant) {
+        for ch in &mut self.channels {
+            ch.send.stamp(now);
+        }
+    }
+
+    /// Queues a packet on `channel`, its messages going to `sink`. An unreliable packet's
+    /// deadline counts from the next [`Channels::stamp`].
     pub(crate) fn send(
         &mut self,
         channel: usize,
         data: Bytes,
         mode: SendMode,
-        now: Option<Instant>,
         sink: &mut impl MessageSink,
     ) -> Result<(), SendError> {
         let channels = self.channels.len();
@@ -261,7 +268,7 @@ impl Channels {
         if size > self.send_max_packet {
             return Err(SendError::TooLarge { size, max: self.send_max_packet });
         }
-        let packet = ch.send.packet(data, mode, now);
+        let packet = ch.send.packet(data, mode);
         match ch.send(packet, cap, sink) {
             Ok(sent) => {
                 self.counters.packets_sent += 1;

@@ -20,7 +20,7 @@ use super::{ChannelParams, MessageSink};
 use crate::config::Priority;
 use crate::seq::SeqSpace;
 pub(crate) use crate::transfer::MESSAGE_OVERHEAD;
-use crate::transfer::{OutMessage, Tag};
+use crate::transfer::{OutMessage, Tag, stamped};
 use crate::wire::{Fragment, MessageKind, SendMode};
 
 /// What a packet of `len` bytes costs against its channel's queue limit once it is split
@@ -35,8 +35,9 @@ pub(crate) fn packet_cost(len: usize, fragment_size: usize) -> usize {
 pub(crate) struct Packet {
     pub(crate) data: Bytes,
     pub(crate) mode: SendMode,
-    /// An unreliable packet not sent by then is dropped.
-    pub(crate) expires: Option<Instant>,
+    /// `Within` a deadline (unreliable data on a channel that has one), stamped into
+    /// `Expires` at the next call that gives the time; `Plain` otherwise.
+    pub(crate) deadline: Tag,
 }
 
 /// What a window acknowledgement did.
@@ -106,13 +107,22 @@ impl ChannelSender {
         self.latest_only
     }
 
-    /// The packet `data`, sent in `mode` at `now`, with its deadline if it has one.
-    pub(crate) fn packet(&self, data: Bytes, mode: SendMode, now: Option<Instant>) -> Packet {
-        let expires = match (mode, self.deadline, now) {
-            (SendMode::Unreliable, Some(d), Some(now)) => now.checked_add(d),
-            _ => None,
+    /// The packet `data`, sent in `mode`, with its deadline if it has one.
+    pub(crate) fn packet(&self, data: Bytes, mode: SendMode) -> Packet {
+        let deadline = match (mode, self.deadline) {
+            (SendMode::Unreliable, Some(d)) => Tag::Within(d),
+            _ => Tag::Plain,
         };
-        Packet { data, mode, expires }
+        Packet { data, mode, deadline }
+    }
+
+    /// Stamps the deadlines of packets waiting since the last stamp, as counted from
+    /// `now` (see `SendQueues::stamp`).
+    pub(crate) fn stamp(&mut self, now: Instant) {
+        for p in self.waiting.iter_mut().rev() {
+            let Tag::Within(d) = p.deadline else { break };
+            p.deadline = stamped(now, d);
+        }
     }
 
     /// Number of fragments a packet of `len` bytes is sent as.
@@ -149,7 +159,7 @@ impl ChannelSender {
         }
     }
 
-    fn emit(&mut self, Packet { data, mode, expires }: Packet, sink: &mut impl MessageSink) {
+    fn emit(&mut self, Packet { data, mode, deadline }: Packet, sink: &mut impl MessageSink) {
         let s = SeqSpace::PACKET;
         let id = self.next;
         self.next = s.add(id, 1);
@@ -168,7 +178,7 @@ impl ChannelSender {
             dependency,
             fragment,
             payload,
-            tag: expires.map_or(Tag::Plain, Tag::Expires),
+            tag: deadline,
         };
         if count == 1 {
             // The caller's buffer itself: no slice, no reference count to touch.

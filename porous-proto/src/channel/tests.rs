@@ -70,7 +70,7 @@ fn seq_of(b: &Bytes) -> u32 {
 
 /// A packet without a deadline.
 fn pk(data: Bytes, mode: SendMode) -> Packet {
-    Packet { data, mode, expires: None }
+    Packet { data, mode, deadline: Tag::Plain }
 }
 
 fn give(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) {

@@ -477,7 +477,7 @@ impl World {
         if frame.is_none() && f.ping.is_none() && f.ping_ack.is_none() && acks.is_empty() {
             return;
         }
-        let header = DataHeader { frame, ping: f.ping, ping_ack: f.ping_ack, acks: &acks };
+        let header = DataHeader { frame, ping: f.ping, ping_ack: f.ping_ack, acks: &acks, ack_delay: 0 };
         let filler = [0x5Au8; 1400];
         let messages: Vec<Message<'_>> = if frame.is_some() {
             f.messages.iter().take(12).map(|m| forged_message(m, &bases, &filler)).collect()

@@ -88,6 +88,7 @@ fn reencode_data(d: &Data<'_>, key: Key, refs: &Refs) {
         ping: d.ping,
         ping_ack: d.ping_ack,
         acks: &acks,
+        ack_delay: if acks.is_empty() { 0 } else { d.ack_delay },
     };
     let msgs: Vec<Message<'_>> = d.messages(refs).collect();
     let out = encode_data(&header, &msgs, key, refs);
@@ -95,6 +96,7 @@ fn reencode_data(d: &Data<'_>, key: Key, refs: &Refs) {
     assert_eq!(again.frame_id, d.frame_id);
     assert_eq!((again.ping, again.ping_ack), (d.ping, d.ping_ack));
     assert_eq!(again.acks().collect::<Vec<_>>(), acks);
+    assert_eq!(again.ack_delay, d.ack_delay);
     assert_eq!(again.messages(refs).collect::<Vec<_>>(), msgs);
 }
 
@@ -263,8 +265,8 @@ pub fn seed_input(data: &[u8]) -> Option<Vec<u8>> {
         }
         ArbitraryDatagram::Data { refs, frame, ping, ping_ack, acks, messages } => {
             let key = Key::connection(refs.frame, refs.packet);
-            let header =
-                DataHeader { frame: frame.map(|id| (id, frame_bytes(id, refs.frame))), ping, ping_ack, acks: &acks };
+            let frame = frame.map(|id| (id, frame_bytes(id, refs.frame)));
+            let header = DataHeader { frame, ping, ping_ack, acks: &acks, ack_delay: 0 };
             let msgs: Vec<Message<'_>> = messages.iter().map(OwnedMessage::as_message).collect();
             (refs, key, encode_data(&header, &msgs, key, &refs))
         }
@@ -294,14 +296,17 @@ pub fn roundtrip(data: &[u8]) -> usize {
         }
         ArbitraryDatagram::Data { refs, frame, ping, ping_ack, acks, messages } => {
             let key = Key::connection(refs.frame, 1);
-            let header =
-                DataHeader { frame: frame.map(|id| (id, frame_bytes(id, refs.frame))), ping, ping_ack, acks: &acks };
+            // The delay field comes with acknowledgements; vary it with their shape.
+            let ack_delay = acks.first().map_or(0, |r| r.first.wrapping_sub(r.last) & 0x3FFF);
+            let frame_field = frame.map(|id| (id, frame_bytes(id, refs.frame)));
+            let header = DataHeader { frame: frame_field, ping, ping_ack, acks: &acks, ack_delay };
             let msgs: Vec<Message<'_>> = messages.iter().map(OwnedMessage::as_message).collect();
             let out = encode_data(&header, &msgs, key, &refs);
             let d = Data::decode(&out, key, &refs).expect("an encoded datagram decodes"); // ok: a finding
             assert_eq!(d.frame_id, frame);
             assert_eq!((d.ping, d.ping_ack), (ping, ping_ack));
             assert_eq!(d.acks().collect::<Vec<_>>(), acks);
+            assert_eq!(d.ack_delay, ack_delay);
             let got: Vec<OwnedMessage> = d
                 .messages(&refs)
                 .map(|m| OwnedMessage {

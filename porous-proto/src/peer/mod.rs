@@ -92,7 +92,8 @@ pub(crate) struct Peer {
     /// What the connection runs with, once the remote request is known.
     params: Option<Params>,
     acked: bool,
-    session: Option<Session>,
+    /// Boxed: a handshake still pending holds none, and costs a fraction of a connection.
+    session: Option<Box<Session>>,
     timers: Timers,
     /// When the current state began.
     since: Instant,
@@ -225,9 +226,9 @@ impl Peer {
 
     fn connected(&mut self, now: Instant, out: &mut Outputs) {
         if let (None, Some(params), Some(req)) = (&self.session, self.params, self.remote_req) {
-            self.session = Some(Session::new(&self.settings, params, &self.local, &req, self.skip_seed));
+            self.session = Some(Box::new(Session::new(&self.settings, params, &self.local, &req, self.skip_seed)));
         }
-        if let (Some((first, 1)), Some(s)) = (self.handshake_sent, self.session.as_mut()) {
+        if let (Some((first, 1)), Some(s)) = (self.handshake_sent, self.session.as_deref_mut()) {
             s.transfer.rtt_sample(now.saturating_duration_since(first));
         }
         self.enter(now, PeerState::Connected);
@@ -399,7 +400,8 @@ impl Peer {
             self.acked = true;
             self.connected(now, out);
         }
-        let Some(session) = self.session.as_mut() else { return Ok(()) };
+        let Some(session) = self.session.as_deref_mut() else { return Ok(()) };
+        session.stamp(now);
         let mut msgs = FrameMessages::new();
         let data = match session.decode(datagram, &mut msgs) {
             Ok(d) => d,
@@ -425,15 +427,9 @@ impl Peer {
     // ---- application calls ---------------------------------------------------------
 
     /// Queues a packet; `now` is the host's latest time (see `Channels::send`).
-    pub(crate) fn send(
-        &mut self,
-        channel: usize,
-        data: Bytes,
-        mode: SendMode,
-        now: Option<Instant>,
-    ) -> Result<(), SendError> {
+    pub(crate) fn send(&mut self, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
         match (&mut self.session, self.state) {
-            (Some(s), PeerState::Connected) => s.send(channel, data, mode, now),
+            (Some(s), PeerState::Connected) => s.send(channel, data, mode),
             _ => Err(SendError::NotConnected),
         }
     }
@@ -473,6 +469,7 @@ impl Peer {
     /// Runs the timers due at `now` and sends what is due.
     pub(crate) fn poll(&mut self, now: Instant, step: Duration, out: &mut Outputs) {
         if let Some(s) = &mut self.session {
+            s.stamp(now);
             s.transfer.set_step_interval(step);
         }
         match self.state {
@@ -514,7 +511,7 @@ impl Peer {
     /// How a graceful disconnection ends: `Local` when everything sent was acknowledged,
     /// `FlushTimeout` when some of it may never have arrived.
     fn graceful_end(&self) -> DisconnectReason {
-        if self.session.as_ref().is_none_or(Session::is_drained) {
+        if self.session.as_deref().is_none_or(Session::is_drained) {
             DisconnectReason::Local
         } else {
             DisconnectReason::FlushTimeout
@@ -529,7 +526,7 @@ impl Peer {
         }
         if let Some(Closing::Flushing(deadline)) = self.closing {
             self.flush(now, out);
-            let drained = self.session.as_ref().is_none_or(Session::is_drained);
+            let drained = self.session.as_deref().is_none_or(Session::is_drained);
             if !(drained || now >= deadline) {
                 return;
             }
@@ -575,6 +572,7 @@ impl Peer {
                     t.set(Timer::Ping, s.transfer.ping_deadline());
                     t.set(Timer::Pacing, s.transfer.pacing_deadline());
                     t.set(Timer::Probe, s.transfer.probe_deadline());
+                    t.set(Timer::Ack, s.transfer.ack_deadline());
                 }
                 let close = match self.closing {
                     Some(Closing::Flushing(deadline)) => Some(deadline),
@@ -593,16 +591,16 @@ impl Peer {
     /// through it; see `fuzzing::hooks`).
     #[cfg(feature = "arbitrary")]
     pub(crate) fn session(&self) -> Option<&Session> {
-        self.session.as_ref()
+        self.session.as_deref()
     }
 
     /// Bytes this peer holds.
     pub(crate) fn memory(&self) -> usize {
-        size_of::<Self>() + self.session.as_ref().map_or(0, Session::memory)
+        size_of::<Self>() + self.session.as_deref().map_or(0, Session::memory)
     }
 
     pub(crate) fn stats(&self) -> PeerStats {
-        let s = self.session.as_ref();
+        let s = self.session.as_deref();
         let t = s.map(|s| &s.transfer);
         let c = s.map(Session::counters).unwrap_or_default();
         PeerStats {

@@ -28,6 +28,8 @@ pub(crate) struct Session {
     pub(crate) params: Params,
     send_key: Key,
     recv_key: Key,
+    /// Unreliable packets with deadlines were sent since the last [`Session::stamp`].
+    unstamped: bool,
 }
 
 /// Expands truncated ids from the transfer layer's and the channels' receive windows as
@@ -116,18 +118,23 @@ impl Session {
             params,
             send_key: Key::connection(local.nonce, remote.nonce),
             recv_key: Key::connection(remote.nonce, local.nonce),
+            unstamped: false,
         }
     }
 
-    /// Queues a packet on `channel` at `now` (see `Channels::send`).
-    pub(crate) fn send(
-        &mut self,
-        channel: usize,
-        data: Bytes,
-        mode: SendMode,
-        now: Option<Instant>,
-    ) -> Result<(), SendError> {
-        self.channels.send(channel, data, mode, now, &mut self.transfer)
+    /// Queues a packet on `channel` (see `Channels::send`).
+    pub(crate) fn send(&mut self, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+        self.unstamped |= mode == SendMode::Unreliable;
+        self.channels.send(channel, data, mode, &mut self.transfer)
+    }
+
+    /// Gives the time to the deadlines of unreliable packets sent since the last call:
+    /// every call with a time runs this first.
+    pub(crate) fn stamp(&mut self, now: Instant) {
+        if std::mem::take(&mut self.unstamped) {
+            self.channels.stamp(now);
+            self.transfer.stamp(now);
+        }
     }
 
     fn windows(&self) -> ReceiveWindows<'_> {
@@ -161,7 +168,7 @@ impl Session {
         }
         let admission = self.channels.admit(msgs);
         if admission.whole {
-            self.transfer.accept_frame(k);
+            self.transfer.accept_frame(k, now);
         }
         self.channels.receive(msgs, &admission, datagram, &mut self.transfer, deliver);
     }

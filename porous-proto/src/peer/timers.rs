@@ -27,12 +27,14 @@ pub(crate) enum Timer {
     Pacing,
     /// A tail-loss probe: repair copies go out if nothing else has carried them.
     Probe,
+    /// A held acknowledgement or ping echo stops waiting for a datagram to ride on.
+    Ack,
     /// The peer is a zombie: delete it now.
     Delete,
 }
 
 impl Timer {
-    const COUNT: usize = 9;
+    const COUNT: usize = 10;
 
     const fn index(self) -> usize {
         self as usize

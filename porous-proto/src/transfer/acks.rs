@@ -5,6 +5,15 @@
 //! the receive window `[i_b - N_P, i_b + N_P)` (equation (2)) and advances `i_b` to `k + 1`
 //! when it lies in `[i_b, i_b + N_P)` (equation (3)).
 //!
+//! Acknowledgements are *delayed* when this side sends frames at a steady rhythm (a game's
+//! tick): one that would go alone waits for the next frame expected from this side, up to
+//! [`MAX_ACK_DELAY`], so a connection with data both ways costs one datagram per tick, not
+//! two ([`Cadence`]). A side that sends no frames of its own acknowledges at once, as does
+//! any side when two frames wait for an acknowledgement (a sender's flight keeps moving)
+//! or a frame arrived out of order or again (a sender waiting to learn of a loss, or one
+//! whose acknowledgements were lost). The acknowledgement says how long its newest frame
+//! was held, so the sender's round-trip samples stay exact.
+//!
 //! Received ids are kept as ranges, newest first. Each range is repeated in the next
 //! [`ACK_REPEATS`] ack sections after it last grew, so one lost acknowledgement costs no
 //! resend; a frame received again (its acknowledgement was lost every time) re-arms its
@@ -13,9 +22,57 @@
 //! resends and is acknowledged anew.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use crate::seq::SeqSpace;
-use crate::wire::AckRange;
+use crate::wire::{ACK_DELAY_UNIT, AckRange};
+
+/// The longest an acknowledgement waits for a ride: a 50 Hz tick and a quarter, as
+/// QUIC's default.
+pub(crate) const MAX_ACK_DELAY: Duration = Duration::from_millis(25);
+
+/// This side's rhythm of sending frames, which tells how long an acknowledgement owed can
+/// wait for the next one: only while a frame is expected soon. Waiting on a side that
+/// sends nothing would only slow the sender's loss detection.
+#[derive(Debug, Default)]
+pub(crate) struct Cadence {
+    /// When this side last sent a frame.
+    last: Option<Instant>,
+    /// Smoothed time between the instants this side sends frames (several frames of
+    /// one flush count once).
+    gap: Duration,
+}
+
+impl Cadence {
+    /// This side sent a frame at `now`.
+    pub(crate) fn on_frame_sent(&mut self, now: Instant) {
+        if let Some(last) = self.last {
+            // A pause enters the average as at most a couple of waits, so the rhythm is
+            // found again within a few ticks of the game resuming.
+            let gap = now.saturating_duration_since(last).min(2 * MAX_ACK_DELAY);
+            if !gap.is_zero() {
+                self.gap = if self.gap.is_zero() { gap } else { (self.gap * 7 + gap) / 8 };
+            }
+        }
+        self.last = Some(now);
+    }
+
+    /// The latest something owed since `since` waits for this side's next frame: a
+    /// quarter of a gap after it is expected, if that is within [`MAX_ACK_DELAY`];
+    /// otherwise (no rhythm, too slow a one, or a frame overdue) `since` itself.
+    pub(crate) fn ride_by(&self, since: Instant) -> Instant {
+        match self.last {
+            Some(last) if !self.gap.is_zero() && self.gap <= MAX_ACK_DELAY => {
+                let expected = last + self.gap + self.gap / 4;
+                if expected < since { since } else { expected.min(since + MAX_ACK_DELAY) }
+            }
+            _ => since,
+        }
+    }
+}
+
+/// The largest delay reported, in [`ACK_DELAY_UNIT`]s: the most a 3-byte varint holds.
+const MAX_DELAY_UNITS: u32 = 0x1F_FFFF;
 
 /// How many ack sections repeat each range.
 pub(crate) const ACK_REPEATS: u8 = 3;
@@ -38,11 +95,28 @@ pub(crate) struct Receiver {
     ranges: VecDeque<KeptRange>,
     /// A frame arrived since the last ack section: an acknowledgement is due.
     fresh: bool,
+    /// Frames recorded since the last ack section.
+    unacked: u32,
+    /// A frame arrived out of order, or again, since the last ack section.
+    reordered: bool,
+    /// When the oldest frame the next acknowledgement covers arrived.
+    held_since: Option<Instant>,
+    /// When the newest frame (`i_b - 1`) arrived.
+    newest_at: Option<Instant>,
 }
 
 impl Receiver {
     pub(crate) fn new(first_id: u32, window: u32) -> Self {
-        Self { i_b: first_id, window, ranges: VecDeque::new(), fresh: false }
+        Self {
+            i_b: first_id,
+            window,
+            ranges: VecDeque::new(),
+            fresh: false,
+            unacked: 0,
+            reordered: false,
+            held_since: None,
+            newest_at: None,
+        }
     }
 
     /// Bytes of the acknowledgement ranges' storage.
@@ -67,13 +141,23 @@ impl Receiver {
         s.in_range(k, s.sub(self.i_b, self.window), 2 * u64::from(self.window))
     }
 
-    /// Records the receipt of frame `k` (already checked with [`Receiver::in_window`]).
-    pub(crate) fn record(&mut self, k: u32) {
+    /// Records the receipt of frame `k` at `now` (already checked with
+    /// [`Receiver::in_window`]).
+    pub(crate) fn record(&mut self, k: u32, now: Instant) {
         let s = SeqSpace::FRAME;
         if s.in_range(k, self.i_b, u64::from(self.window)) {
+            // Newer than anything so far; a skip over ids is a gap the sender should hear
+            // of soon (the skipped ids a sender consumes on purpose look the same, rarely).
+            self.reordered |= k != self.i_b && self.newest_at.is_some();
             self.i_b = s.add(k, 1);
+            self.newest_at = Some(now);
+        } else {
+            // Older: a gap filled late, or a frame received again.
+            self.reordered = true;
         }
         self.fresh = true;
+        self.unacked = self.unacked.saturating_add(1);
+        self.held_since.get_or_insert(now);
         self.insert(k);
         self.trim();
     }
@@ -153,6 +237,28 @@ impl Receiver {
         self.fresh && self.has_repeats()
     }
 
+    /// Whether a due acknowledgement must go now, alone if nothing else goes: two frames
+    /// wait for it, one arrived out of order or again, or it has waited as long as
+    /// this side's `cadence` allows.
+    pub(crate) fn ack_urgent(&self, now: Instant, cadence: &Cadence) -> bool {
+        self.ack_deadline(cadence).is_some_and(|t| now >= t)
+    }
+
+    /// When a due acknowledgement stops waiting for a ride.
+    pub(crate) fn ack_deadline(&self, cadence: &Cadence) -> Option<Instant> {
+        let since = self.held_since.filter(|_| self.ack_due())?;
+        Some(if self.unacked >= 2 || self.reordered { since } else { cadence.ride_by(since) })
+    }
+
+    /// How long ago the newest frame arrived, at `now`, in [`ACK_DELAY_UNIT`]s: the hold
+    /// of its first acknowledgement, or, when that was lost and a repeat carries it, the
+    /// time since (which keeps the sender's sample exact all the same).
+    pub(crate) fn ack_delay(&self, now: Instant) -> u32 {
+        let held = self.newest_at.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        // At most three bytes on the wire (67 s): a longer time says nothing more.
+        u32::try_from(held.as_nanos() / ACK_DELAY_UNIT.as_nanos()).unwrap_or(u32::MAX).min(MAX_DELAY_UNITS)
+    }
+
     /// Whether any range still wants repeating.
     pub(crate) fn has_repeats(&self) -> bool {
         self.ranges.iter().any(|r| r.repeats > 0)
@@ -180,6 +286,9 @@ impl Receiver {
             r.repeats -= 1;
         }
         self.fresh = false;
+        self.unacked = 0;
+        self.reordered = false;
+        self.held_since = None;
     }
 }
 
@@ -197,7 +306,7 @@ mod tests {
     /// Fills `r` with `MAX_RANGES` one-frame ranges from `from` and sends each three times.
     fn full_and_acknowledged(r: &mut Receiver, from: u32) {
         for k in (from..from + 2 * MAX_RANGES as u32).step_by(2) {
-            r.record(k);
+            r.record(k, Instant::now());
         }
         while r.has_repeats() {
             let n = ranges(r).len();
@@ -213,15 +322,15 @@ mod tests {
         // resends it forever), and an acknowledgement is due only with something to say.
         let mut r = Receiver::new(0, 65_536);
         full_and_acknowledged(&mut r, 1000);
-        r.record(10);
+        r.record(10, Instant::now());
         assert!(r.ack_due());
         assert_eq!(ranges(&r), [(10, 10)]);
         // Acknowledged ranges make way; those still to be repeated stay.
         let mut q = Receiver::new(0, 65_536);
         for k in (1000..1000 + 2 * MAX_RANGES as u32).step_by(2) {
-            q.record(k);
+            q.record(k, Instant::now());
         }
-        q.record(10);
+        q.record(10, Instant::now());
         // With every range still to be repeated, the oldest goes: its sender resends it
         // later, when older ranges have been repeated and make way.
         assert_eq!(ranges(&q).len(), MAX_RANGES);
@@ -233,7 +342,7 @@ mod tests {
         let mut r = Receiver::new(0, 65_536);
         full_and_acknowledged(&mut r, 1000);
         // A duplicate of a frame whose range is kept re-arms that range.
-        r.record(1000);
+        r.record(1000, Instant::now());
         assert!(r.ack_due() && ranges(&r) == [(1000, 1000)]);
         r.sent(1);
         // Outside the window: never recorded (the caller checks), nothing due.
@@ -244,7 +353,7 @@ mod tests {
     fn ranges_sent_fit_the_byte_budget() {
         let mut r = Receiver::new(0, 65_536);
         for k in (0..4000).step_by(3) {
-            r.record(k);
+            r.record(k, Instant::now());
         }
         for budget in [10, 40, 117, 300, 1000] {
             let mut out = SmallVec::new();
@@ -265,9 +374,9 @@ mod tests {
         let mut r = Receiver::new(u32::MAX - 1, 4);
         assert!(r.in_window(u32::MAX - 5) && !r.in_window(u32::MAX - 6));
         assert!(r.in_window(1) && !r.in_window(2));
-        r.record(1); // across the wrap, inside [i_b, i_b + N_P)
+        r.record(1, Instant::now()); // across the wrap, inside [i_b, i_b + N_P)
         assert_eq!(r.base(), 2);
-        r.record(u32::MAX); // older: accepted, no advance
+        r.record(u32::MAX, Instant::now()); // older: accepted, no advance
         assert_eq!(r.base(), 2);
         assert_eq!(ranges(&r), [(1, 1), (u32::MAX, u32::MAX)]);
     }
@@ -276,7 +385,7 @@ mod tests {
     fn ranges_merge_and_repeat_three_times() {
         let mut r = Receiver::new(100, 65_536);
         for k in [100, 101, 103, 102, 106] {
-            r.record(k);
+            r.record(k, Instant::now());
         }
         assert_eq!(ranges(&r), [(106, 106), (100, 103)]);
         assert!(r.ack_due());
@@ -287,7 +396,7 @@ mod tests {
         assert!(!r.ack_due() && !r.has_repeats());
         assert!(ranges(&r).is_empty());
         // Receiving an old frame again re-arms just its range.
-        r.record(101);
+        r.record(101, Instant::now());
         assert_eq!(ranges(&r), [(100, 103)]);
     }
 
@@ -295,14 +404,14 @@ mod tests {
     fn ranges_stay_inside_the_window_and_bounded() {
         let mut r = Receiver::new(0, 16);
         for k in (0..40).step_by(2) {
-            r.record(k);
+            r.record(k, Instant::now());
         }
         // Window of 16: ids 23..=38 may remain, the even ones of them.
         assert_eq!(ranges(&r).len(), 8);
         assert!(ranges(&r).iter().all(|&(f, _)| f >= 24));
         let mut big = Receiver::new(0, 65_536);
         for k in (0..1000).step_by(2) {
-            big.record(k);
+            big.record(k, Instant::now());
         }
         assert_eq!(ranges(&big).len(), MAX_RANGES);
     }

@@ -71,8 +71,10 @@ pub(crate) const SPAN_COST: usize = 2 * (size_of::<Frame>() + size_of::<Option<O
 pub(crate) enum Outcome {
     /// Acknowledged: `size` bytes left the flight. `sent_once` is the send time of a frame
     /// transmitted exactly once (a clean round-trip sample), with its serial; `delivery`
-    /// and `sent_at` describe the latest transmission, for the delivery rate.
-    Acked { size: usize, sent_once: Option<(u64, Instant)>, delivery: SendState, sent_at: Instant },
+    /// and `sent_at` describe the latest transmission, for the delivery rate. `was_lost`:
+    /// the frame had been declared lost and was waiting for its resend (so it was an
+    /// earlier transmission that arrived: the loss was spurious).
+    Acked { size: usize, sent_once: Option<(u64, Instant)>, delivery: SendState, sent_at: Instant, was_lost: bool },
     /// Dropped and discarded (an unreliable frame).
     Discarded,
     /// Dropped and now waiting to be resent; unreliable messages were stripped.
@@ -319,6 +321,7 @@ impl InFlight {
     pub(crate) fn ack(&mut self, id: u32, mut release: impl FnMut(&OutMessage)) -> Option<Outcome> {
         let i = self.index(id)?;
         let f = self.frames.get_mut(i)?;
+        let was_lost = f.state == State::Lost;
         match f.state {
             State::Done => return None,
             State::Skipped => return Some(Outcome::Skipped),
@@ -358,7 +361,7 @@ impl InFlight {
                 }
             }
         }
-        Some(Outcome::Acked { size, sent_once, delivery, sent_at })
+        Some(Outcome::Acked { size, sent_once, delivery, sent_at, was_lost })
     }
 
     /// Whether `id` was never sent: at or beyond `next`, within half the space.

@@ -40,8 +40,11 @@ use smallvec::SmallVec;
 use crate::config::{CongestionControl, Priority};
 use crate::seq::SeqSpace;
 pub(crate) use crate::stats::TransferStats;
-use crate::wire::{AckRange, CHECK_LEN, Data, DataHeader, DataWriter, FRAME_OVERHEAD_MAX, Key, RunContext};
-use acks::{MAX_RANGES, Receiver};
+use crate::wire::{
+    ACK_DELAY_UNIT, AckRange, CHECK_LEN, Data, DataHeader, DataWriter, FRAME_OVERHEAD_MAX, Key, RunContext,
+    ack_delay_len,
+};
+use acks::{Cadence, MAX_RANGES, Receiver};
 use congestion::{AckEvent, Controller, Limits, Path};
 use delivery::Delivery;
 pub(crate) use inflight::SPAN_COST;
@@ -49,7 +52,7 @@ use inflight::{InFlight, Outcome};
 use pacing::Pacer;
 use ping::Ping;
 use queues::SendQueues;
-pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage, Tag};
+pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage, Tag, stamped};
 use rtt::{INITIAL_RTT, Rtt};
 
 /// Bytes of a frame besides its messages, as counted in the flight size: type byte, the
@@ -123,6 +126,8 @@ pub(crate) struct Transfer {
     queues: SendQueues,
     inflight: InFlight,
     receiver: Receiver,
+    /// This side's rhythm of sending frames: how long acknowledgements wait for a ride.
+    cadence: Cadence,
     cc: Controller,
     delivery: Delivery,
     pacer: Pacer,
@@ -146,6 +151,8 @@ pub(crate) struct Transfer {
     repair_bytes: u64,
     /// When a tail-loss probe goes out if no datagram has carried the candidates' copies.
     probe_at: Option<Instant>,
+    /// When the last datagram went to the peer (the keepalive counts from it).
+    last_sent: Option<Instant>,
 }
 
 /// The largest message repair copies: small reliable messages are what a lost datagram
@@ -183,6 +190,7 @@ impl Transfer {
             queues: SendQueues::new(&cfg.weights),
             inflight: InFlight::new(local_base),
             receiver: Receiver::new(remote_base, cfg.frame_window),
+            cadence: Cadence::default(),
             rtt: Rtt::new(INITIAL_RTT),
             ping: Ping::default(),
             queued: vec![0; cfg.channels],
@@ -192,6 +200,7 @@ impl Transfer {
             repair: VecDeque::new(),
             repair_bytes: 0,
             probe_at: None,
+            last_sent: None,
             cfg,
         }
     }
@@ -208,6 +217,11 @@ impl Transfer {
             *q += m.cost();
         }
         self.queues.push(priority, m);
+    }
+
+    /// Stamps the deadlines of messages queued since the last call that gave the time.
+    pub(crate) fn stamp(&mut self, now: Instant) {
+        self.queues.stamp(now);
     }
 
     /// Bytes `channel` holds in the send queues and in flight.
@@ -265,17 +279,24 @@ impl Transfer {
         self.inflight.clear(|m| release(queued, m));
     }
 
-    fn ping_period(&self) -> Duration {
+    /// How often a ping rides on what goes out, with frames in flight (`busy`) or not.
+    fn ping_period(&self, busy: bool) -> Duration {
         // A round-trip time can measure zero (a loopback, a simulation); pings never go
         // out more often than every MIN_PING_PERIOD, or "once per RTT" would mean always.
         // Nor less often than the keepalive interval, however long the RTT: the other
         // side times out on silence, and on a path slower than its timeout only a steady
         // stream of pings (answered long after) keeps both sides hearing each other.
-        if self.inflight.outstanding() > 0 {
+        if busy {
             self.rtt.srtt().clamp(MIN_PING_PERIOD, self.cfg.ping_interval.max(MIN_PING_PERIOD))
         } else {
             self.cfg.ping_interval
         }
+    }
+
+    /// When a datagram must go out even with nothing else in it, as a keepalive: a
+    /// `ping_interval` after the last one.
+    fn keepalive_at(&self) -> Option<Instant> {
+        self.last_sent.map(|t| t + self.cfg.ping_interval)
     }
 
     /// Whether a new frame may open now: something waits (queued data, or a tail-loss
@@ -300,12 +321,20 @@ impl Transfer {
         let cwnd = self.cc.window();
         let mut ranges: SmallVec<[AckRange; MAX_RANGES]> = SmallVec::new();
         let acks_due = self.receiver.ack_due();
+        // Due acknowledgements and echoes wait for a datagram that goes anyway, while this
+        // side's next frame is expected soon; then they go alone.
+        let acks_urgent = self.receiver.ack_urgent(now, &self.cadence);
+        let echo_urgent = self.ping.echo_deadline(&self.cadence).is_some_and(|t| now >= t);
+        let keepalive = self.keepalive_at().is_none_or(|t| now >= t);
+        // The delay field rides with any acknowledgement: its bytes count wherever the
+        // section's do.
+        let ack_delay = self.receiver.ack_delay(now);
+        let delay_len = ack_delay_len(ack_delay);
         if acks_due || self.receiver.has_repeats() {
             // Never more than an acknowledgement alone can carry at this MTU.
-            self.receiver.ranges_to_send(&mut ranges, mtu - FRAME_OVERHEAD_MAX);
+            self.receiver.ranges_to_send(&mut ranges, mtu - FRAME_OVERHEAD_MAX - delay_len);
         }
-        let ack_len = crate::wire::ack_section_len(&ranges);
-        let ping_due = self.ping.due(now, self.ping_period());
+        let ack_len = if ranges.is_empty() { 0 } else { crate::wire::ack_section_len(&ranges) + delay_len };
         let echo = self.ping.echo();
         let rate = self.cc.pacing_rate();
         if let Some(rate) = rate {
@@ -345,14 +374,17 @@ impl Transfer {
         // and the resend follows in the next datagram. Repeats take what room is left:
         // the newest ranges that fit.
         let room = if frame.is_some() { mtu - FRAME_OVERHEAD_MAX - msgs_len } else { mtu - FRAME_OVERHEAD_MAX };
+        let mut plan_forces_acks = false;
         let (frame, ranges_sent) = match (ack_len <= room, acks_due) {
             (true, _) => (frame, ranges.len()),
             (false, true) => {
+                // A resend leaves no room for due acknowledgements: they go alone first.
                 plan = Plan::NoFrame;
+                plan_forces_acks = frame.is_some();
                 (None, ranges.len())
             }
             (false, false) => {
-                let mut len = 0;
+                let mut len = delay_len;
                 let mut fit = 0;
                 for (i, r) in ranges.iter().enumerate() {
                     len += crate::wire::ack_range_len(i.checked_sub(1).and_then(|j| ranges.get(j)), r);
@@ -365,7 +397,13 @@ impl Transfer {
             }
         };
         let acks = ranges.get(..ranges_sent).unwrap_or_default();
-        if frame.is_none() && !acks_due && !ping_due && echo.is_none() {
+        // A ping rides on whatever goes, once per round trip while frames are in flight
+        // (their acknowledgements sample the RTT too) or per `ping_interval` otherwise; it
+        // goes alone only as the keepalive.
+        let busy = frame.is_some() || self.inflight.outstanding() > 0;
+        let ping_due = keepalive || self.ping.due(now, self.ping_period(busy));
+        let goes = frame.is_some() || acks_urgent || echo_urgent || keepalive || (acks_due && plan_forces_acks);
+        if !goes {
             if self.pacing_wait.is_none() {
                 if self.queues.is_empty() && !self.inflight.has_lost() {
                     // Nothing held back: what is sampled until this flight is delivered
@@ -385,7 +423,8 @@ impl Transfer {
             let bytes = SeqSpace::FRAME.truncation_bytes(id, self.inflight.receiver_floor(), self.inflight.next_id());
             (id, bytes)
         });
-        let header = DataHeader { frame: frame_field, ping, ping_ack: echo, acks };
+        let ack_delay = if acks.is_empty() { 0 } else { ack_delay };
+        let header = DataHeader { frame: frame_field, ping, ping_ack: echo, acks, ack_delay };
         let mut w = DataWriter::new(out, key, &header);
         if let Some(id) = frame
             && let Some(f) = self.inflight.get(id)
@@ -397,6 +436,7 @@ impl Transfer {
             }
         }
         let len = w.finish();
+        debug_assert!(len <= mtu, "a datagram of {len} bytes at MTU {mtu}");
         if !acks.is_empty() || acks_due {
             self.receiver.sent(ranges_sent);
         }
@@ -416,8 +456,12 @@ impl Transfer {
             }
             Plan::NoFrame => {}
         }
+        if frame.is_some() {
+            self.cadence.on_frame_sent(now);
+        }
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += len as u64;
+        self.last_sent = Some(now);
         Some(len)
     }
 
@@ -581,21 +625,37 @@ impl Transfer {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += len as u64;
         if let Some(id) = data.ping {
-            self.ping.on_ping(id);
+            self.ping.on_ping(id, now, data.frame_id.is_some());
         }
+        let held = ACK_DELAY_UNIT * data.ack_delay;
         if let Some(sample) = data.ping_ack.and_then(|id| self.ping.on_echo(now, id)) {
-            self.rtt.on_sample(sample);
+            // An echo that waited, waited with the acknowledgement of the frame its ping
+            // came with: the reported delay is its wait as well.
+            self.rtt.on_delayed_sample(sample, held);
         }
-        // The newest frame acknowledged here that was sent only once gives an RTT sample.
-        let mut newest: Option<(u64, Instant)> = None;
-        let mut acked = 0;
+        // The newest frame acknowledged here that was sent only once gives an RTT sample;
+        // when it is the newest the peer acknowledges, the peer said how long it held it.
+        let mut newest: Option<(u64, Instant, u32)> = None;
+        let (mut acked, mut spurious) = (0, 0);
         for range in data.acks() {
-            acked += self.on_ack_range(now, range, &mut newest);
+            let (a, s) = self.on_ack_range(now, range, &mut newest);
+            acked += a;
+            spurious += s;
         }
-        let rtt = newest.map(|(_, sent)| now.saturating_duration_since(sent));
-        if let Some(sample) = rtt {
-            self.rtt.on_sample(sample);
-        }
+        let rtt = newest.map(|(_, sent, id)| {
+            let sample = now.saturating_duration_since(sent);
+            if data.ack_largest() == Some(id) {
+                // The RTO allows for the peer's holds: a delay longer than any hold is a
+                // repeat carrying a lost acknowledgement, which says nothing of them.
+                if held <= acks::MAX_ACK_DELAY {
+                    self.rtt.on_ack_delay(held);
+                }
+                self.rtt.on_delayed_sample(sample, held);
+            } else {
+                self.rtt.on_sample(sample);
+            }
+            self.rtt.latest()
+        });
         if acked > 0 {
             let ack = AckEvent {
                 acked,
@@ -603,6 +663,7 @@ impl Transfer {
                 rtt,
                 in_flight: self.inflight.flight(),
                 delivered: self.delivery.delivered(),
+                spurious,
             };
             self.cc.on_ack(now, &ack, self.path());
         }
@@ -610,8 +671,15 @@ impl Transfer {
         self.inflight.pop_done();
     }
 
-    /// Acknowledges the frames of `range`; returns the bytes newly acknowledged.
-    fn on_ack_range(&mut self, now: Instant, range: AckRange, newest: &mut Option<(u64, Instant)>) -> usize {
+    /// Acknowledges the frames of `range`: bytes newly acknowledged, and of those the
+    /// bytes of frames whose loss was spurious (declared lost, yet an earlier transmission
+    /// arrived: its acknowledgement was lost or late, not the frame).
+    fn on_ack_range(
+        &mut self,
+        now: Instant,
+        range: AckRange,
+        newest: &mut Option<(u64, Instant, u32)>,
+    ) -> (usize, usize) {
         let s = SeqSpace::FRAME;
         let base = self.inflight.base();
         let next = self.inflight.next_id();
@@ -627,24 +695,31 @@ impl Transfer {
         }
         let hi = hi.min(outstanding - 1);
         let path = self.path();
-        let mut acked = 0;
+        let (mut acked, mut spurious) = (0, 0);
+        // A resend acknowledged sooner than any round trip seen cannot be what arrived.
+        let min_rtt = self.rtt.min();
         for i in lo..=hi {
             let id = s.add(base, i as u32);
             let queued = &mut self.queued;
             // A skipped id in range was counted above.
-            if let Some(Outcome::Acked { size, sent_once, delivery, sent_at }) =
+            if let Some(Outcome::Acked { size, sent_once, delivery, sent_at, was_lost }) =
                 self.inflight.ack(id, |m| release(queued, m))
             {
                 self.cc.on_frame_acked(now, size, path);
                 self.delivery.on_acked(now, size, delivery, sent_at);
                 self.stats.frames_acked += 1;
                 acked += size;
-                if let Some(s) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
-                    *newest = Some(s);
+                let early = sent_once.is_none() && min_rtt.is_some_and(|m| now.saturating_duration_since(sent_at) < m);
+                if was_lost || early {
+                    spurious += size;
+                    self.stats.losses_spurious += 1;
+                }
+                if let Some((serial, sent)) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
+                    *newest = Some((serial, sent, id));
                 }
             }
         }
-        acked
+        (acked, spurious)
     }
 
     fn detect_losses(&mut self, now: Instant) {
@@ -693,8 +768,8 @@ impl Transfer {
     }
 
     /// Records frame `k` as received: it will be acknowledged.
-    pub(crate) fn accept_frame(&mut self, k: u32) {
-        self.receiver.record(k);
+    pub(crate) fn accept_frame(&mut self, k: u32, now: Instant) {
+        self.receiver.record(k, now);
         self.stats.frames_received += 1;
     }
 
@@ -712,9 +787,14 @@ impl Transfer {
         })
     }
 
-    /// When the next ping is due.
+    /// When the keepalive goes out if nothing else has.
     pub(crate) fn ping_deadline(&self) -> Option<Instant> {
-        self.ping.deadline(self.ping_period())
+        self.keepalive_at()
+    }
+
+    /// When a held acknowledgement or echo stops waiting for a datagram to ride on.
+    pub(crate) fn ack_deadline(&self) -> Option<Instant> {
+        [self.receiver.ack_deadline(&self.cadence), self.ping.echo_deadline(&self.cadence)].into_iter().flatten().min()
     }
 
     /// When the pacer lets the next datagram go, while it holds back data ready to send.
@@ -725,7 +805,7 @@ impl Transfer {
     /// The next time a timer of this layer fires.
     #[cfg(test)]
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        [self.loss_deadline(), self.ping_deadline(), self.pacing_deadline(), self.probe_deadline()]
+        [self.loss_deadline(), self.ping_deadline(), self.pacing_deadline(), self.probe_deadline(), self.ack_deadline()]
             .into_iter()
             .flatten()
             .min()

@@ -10,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::acks::Cadence;
+
 /// How many recent pings can still be answered.
 pub(crate) const REMEMBERED: usize = 8;
 
@@ -19,6 +21,12 @@ pub(crate) struct Ping {
     recent: [Option<(u8, Instant)>; REMEMBERED],
     last_sent: Option<Instant>,
     echo: Option<u8>,
+    /// When the echo owed was first owed.
+    echo_since: Option<Instant>,
+    /// The ping came with a frame: its echo waits with that frame's acknowledgement for a
+    /// datagram to ride on, and the delay the acknowledgement reports covers it too. A
+    /// ping alone (an idle peer's keepalive) is echoed at once, so its sample is exact.
+    echo_waits: bool,
 }
 
 impl Ping {
@@ -42,9 +50,17 @@ impl Ping {
         id
     }
 
-    /// The peer pinged us.
-    pub(crate) fn on_ping(&mut self, id: u8) {
+    /// The peer pinged us at `now`, with a frame or alone.
+    pub(crate) fn on_ping(&mut self, id: u8, now: Instant, with_frame: bool) {
+        self.echo_waits = if self.echo.is_some() { self.echo_waits && with_frame } else { with_frame };
         self.echo = Some(id);
+        self.echo_since.get_or_insert(now);
+    }
+
+    /// When the echo owed stops waiting for a ride, given this side's `cadence`.
+    pub(crate) fn echo_deadline(&self, cadence: &Cadence) -> Option<Instant> {
+        let since = self.echo_since.filter(|_| self.echo.is_some())?;
+        Some(if self.echo_waits { cadence.ride_by(since) } else { since })
     }
 
     /// The echo to send, if one is owed.
@@ -54,6 +70,8 @@ impl Ping {
 
     pub(crate) fn echo_sent(&mut self) {
         self.echo = None;
+        self.echo_since = None;
+        self.echo_waits = false;
     }
 
     /// The peer echoed `id`: the round-trip sample, if it echoes a remembered ping.
@@ -92,9 +110,21 @@ mod tests {
             p.send(t + i * ms);
         }
         assert_eq!(p.on_echo(t + 700 * ms, old), None);
-        p.on_ping(7);
+        // This side sends a frame every 10 ms.
+        let mut cadence = Cadence::default();
+        for i in 0..4 {
+            cadence.on_frame_sent(t - (40 - 10 * i) * ms);
+        }
+        p.on_ping(7, t, false);
         assert_eq!(p.echo(), Some(7));
+        assert_eq!(p.echo_deadline(&cadence), Some(t), "a ping alone is echoed at once");
         p.echo_sent();
         assert_eq!(p.echo(), None);
+        assert_eq!(p.echo_deadline(&cadence), None);
+        p.on_ping(8, t, true);
+        let waits = p.echo_deadline(&cadence).unwrap();
+        assert!(waits > t && waits <= t + 25 * ms / 2, "a ping with a frame waits with its ack: {:?}", waits - t);
+        p.on_ping(9, t + ms, false);
+        assert_eq!(p.echo_deadline(&cadence), Some(t), "a later ping alone hurries it");
     }
 }

@@ -11,7 +11,11 @@
 //! pacer, like everything).
 //!
 //! An unreliable message carries its deadline: one still queued when it passes is dropped
-//! and counted, never sent late. Unreliable data may also be dropped before it is ever sent
+//! and counted, never sent late. `Host::send` takes no time, so a message is queued with
+//! how long it may wait ([`Tag::Within`]) and stamped with the instant at the next call
+//! that gives the time, before anything else happens ([`SendQueues::stamp`]): the
+//! deadline counts from when the application next lets the host run, not from a clock
+//! reading that may be long stale on a host that was idle. Unreliable data may also be dropped before it is ever sent
 //! when its channel runs out of queue space, or is replaced by a newer message on a
 //! "latest only" channel.
 //!
@@ -21,7 +25,7 @@
 //! the queues.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -48,6 +52,9 @@ pub(crate) struct OutMessage {
 pub(crate) enum Tag {
     #[default]
     Plain,
+    /// An unreliable message not sent within this long of the next time the host is
+    /// given is dropped (stamped into `Expires` then).
+    Within(Duration),
     /// An unreliable message not sent by then is dropped.
     Expires(Instant),
     /// A repair copy of the message at this store index (see `Transfer`'s repair). A copy
@@ -91,6 +98,11 @@ impl OutMessage {
             MessageKind::Sentinel | MessageKind::WindowAck => 0,
         }
     }
+}
+
+/// The deadline `d` after `now` (none if it is past the end of time).
+pub(crate) fn stamped(now: Instant, d: Duration) -> Tag {
+    now.checked_add(d).map_or(Tag::Plain, Tag::Expires)
 }
 
 /// What a queued message costs besides its payload (see [`OutMessage::cost`]).
@@ -172,6 +184,20 @@ pub(crate) struct SendQueues {
 const LEVELS: [Priority; 2] = [Priority::High, Priority::Low];
 
 impl SendQueues {
+    /// Stamps the deadlines of messages queued since the last stamp, as counted from
+    /// `now`. Those are the newest of their lanes, so each lane is walked from its back
+    /// only as far as they go.
+    pub(crate) fn stamp(&mut self, now: Instant) {
+        for level in [&mut self.high, &mut self.low] {
+            for lane in &mut level.lanes {
+                for m in lane.queue.iter_mut().rev() {
+                    let Tag::Within(d) = m.tag else { break };
+                    m.tag = stamped(now, d);
+                }
+            }
+        }
+    }
+
     /// Queues with the round robin weights of the channels (1 for any not given).
     pub(crate) fn new(weights: &[u32]) -> Self {
         let mut q = Self::default();
@@ -425,9 +451,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_deadline_counts_from_the_stamp_not_the_queueing() {
+        let t = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut q = SendQueues::new(&[1]);
+        let mut old = msg(0, 1, SendMode::Unreliable, 10);
+        old.tag = Tag::Within(10 * ms);
+        q.push(Priority::High, old);
+        q.stamp(t);
+        // Queued after the first stamp: only the newest are stamped by the next.
+        let mut new = msg(0, 2, SendMode::Unreliable, 10);
+        new.tag = Tag::Within(10 * ms);
+        q.push(Priority::High, new);
+        q.stamp(t + 5 * ms);
+        let mut expired = Vec::new();
+        assert_eq!(q.front(t + 12 * ms, |m| expired.push(m.id)).map(|m| m.id), Some(2));
+        assert_eq!(expired, [1], "10 ms after its stamp at t");
+        assert!(q.front(t + 16 * ms, |m| expired.push(m.id)).is_none(), "10 ms after its own stamp");
+        assert_eq!(expired, [1, 2]);
+    }
+
+    #[test]
     fn unreliable_goes_first_and_never_late() {
         let t = Instant::now();
-        let ms = std::time::Duration::from_millis(1);
+        let ms = Duration::from_millis(1);
         let mut q = SendQueues::new(&[1, 1]);
         for i in 0..4 {
             q.push(Priority::High, msg(0, i, SendMode::Reliable, 1100));

@@ -10,12 +10,21 @@
 //! `RTO = srtt + max(step, 4 rttvar)`, where `step` is the smoothed interval between the
 //! host's `step` calls: the granularity at which this side can notice anything.
 //!
+//! A peer may hold an acknowledgement for a while, waiting for its own data to carry it
+//! (see `acks`), and says how long. That time is taken off the sample of the frame it
+//! held (unless what is left would be shorter than any round trip seen: a peer claiming
+//! too long a hold cannot shrink the estimate), and the RTO allows for the longest hold
+//! the peer reported lately, since the last frame of a flight is acknowledged only when
+//! its hold ends.
+//!
 //! Before any sample the RTT is the spec's 200 ms with `rttvar` = 100 ms. The first sample
 //! then replaces both as RFC 6298 §2.2 does (`srtt = R`, `rttvar = R / 2`); smoothing a
 //! first 0.1 ms loopback sample into 200 ms would keep the RTO far too long for dozens of
 //! pings. Every later sample is smoothed by (5) and (6).
 
 use std::time::Duration;
+
+use super::acks::MAX_ACK_DELAY;
 
 /// The spec's initial round-trip time.
 pub(crate) const INITIAL_RTT: Duration = Duration::from_millis(200);
@@ -34,6 +43,11 @@ pub(crate) struct Rtt {
     rto: Duration,
     sampled: bool,
     latest: Duration,
+    /// The smallest sample so far.
+    min: Option<Duration>,
+    /// The longest acknowledgement hold the peer reported lately: a decaying maximum,
+    /// never above [`MAX_ACK_DELAY`] whatever the peer says.
+    peer_hold: Duration,
 }
 
 impl Rtt {
@@ -45,6 +59,8 @@ impl Rtt {
             rto: Duration::ZERO,
             sampled: false,
             latest: initial,
+            min: None,
+            peer_hold: Duration::ZERO,
         };
         r.update_rto();
         r
@@ -52,12 +68,26 @@ impl Rtt {
 
     fn update_rto(&mut self) {
         // Equation (7), with the variance term never below the timer granularity.
-        self.rto = self.srtt + self.step.max(self.rttvar * 4).max(GRANULARITY);
+        self.rto = self.srtt + self.step.max(self.rttvar * 4).max(GRANULARITY) + self.peer_hold;
+    }
+
+    /// A round trip measured `sample`, of which the peer reports holding its
+    /// acknowledgement `held`.
+    pub(crate) fn on_delayed_sample(&mut self, sample: Duration, held: Duration) {
+        let adjusted = sample.saturating_sub(held);
+        self.on_sample(if self.min.is_none_or(|m| adjusted >= m) { adjusted } else { sample });
+    }
+
+    /// The peer reports holding an acknowledgement `held`.
+    pub(crate) fn on_ack_delay(&mut self, held: Duration) {
+        self.peer_hold = held.min(MAX_ACK_DELAY).max(self.peer_hold * 7 / 8);
+        self.update_rto();
     }
 
     /// A ping was acknowledged after `sample`.
     pub(crate) fn on_sample(&mut self, sample: Duration) {
         self.latest = sample;
+        self.min = Some(self.min.map_or(sample, |m| m.min(sample)));
         if self.sampled {
             // (6) first, against the old average; then (5).
             let dev = self.srtt.abs_diff(sample);
@@ -94,6 +124,11 @@ impl Rtt {
 
     pub(crate) fn rto(&self) -> Duration {
         self.rto
+    }
+
+    /// The smallest round trip sampled, if any.
+    pub(crate) fn min(&self) -> Option<Duration> {
+        self.min
     }
 
     pub(crate) fn latest(&self) -> Duration {
@@ -134,6 +169,25 @@ mod tests {
         assert_eq!(r.rto(), 90 * MS + 200 * MS);
         // Had (5) run first, rttvar would be 0.75 * 40 + 0.25 * 70 = 47.5.
         assert_ne!(r.rttvar(), Duration::from_micros(47_500));
+    }
+
+    #[test]
+    fn a_reported_hold_comes_off_the_sample_but_never_below_the_path() {
+        let mut r = Rtt::new(INITIAL_RTT);
+        r.on_delayed_sample(50 * MS, 10 * MS);
+        assert_eq!(r.latest(), 40 * MS, "the hold is not part of the round trip");
+        r.on_delayed_sample(45 * MS, 20 * MS);
+        assert_eq!(r.latest(), 45 * MS, "25 ms would be shorter than any round trip seen: kept whole");
+        // The RTO allows for the longest recent hold, capped whatever the peer claims.
+        let before = r.rto();
+        r.on_ack_delay(8 * MS);
+        assert_eq!(r.rto(), before + 8 * MS);
+        r.on_ack_delay(Duration::from_secs(3600));
+        assert_eq!(r.rto(), before + MAX_ACK_DELAY);
+        for _ in 0..100 {
+            r.on_ack_delay(Duration::ZERO);
+        }
+        assert!(r.rto() < before + MS, "the allowance decays once holds stop");
     }
 
     #[test]

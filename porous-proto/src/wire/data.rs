@@ -19,8 +19,9 @@
 //! "lost"):
 //!
 //! ```text
-//! head: u8 = range count - 1 (bits 0-5; bits 6-7 zero)
+//! head: u8 = range count - 1 (bits 0-5), bit 6: a delay follows, bit 7 zero
 //! largest: u16, the low bits of the newest acknowledged id   (implicit: full u32)
+//! [delay: varint, in units of 32 us]   if bit 6: how long the newest id was held
 //! len_0 - 1: varint
 //! { gap - 1: varint, len - 1: varint }  for each further range
 //! ```
@@ -40,6 +41,8 @@ use crate::seq::{FRAME_WINDOW, SeqSpace};
 pub const MAX_ACK_RANGES: usize = 64;
 
 const D: u8 = 0x40;
+/// Ack section head: a delay field follows the newest id.
+const DELAYED: u8 = 0x40;
 const A: u8 = 0x08;
 const P: u8 = 0x04;
 const Q: u8 = 0x02;
@@ -74,6 +77,18 @@ pub struct DataHeader<'r> {
     pub ping_ack: Option<u8>,
     /// Acknowledged ranges, newest first, at most [`MAX_ACK_RANGES`].
     pub acks: &'r [AckRange],
+    /// How long the newest acknowledged frame was held before this acknowledgement, in
+    /// units of [`ACK_DELAY_UNIT`] (written only with acknowledgements, and only when not
+    /// zero).
+    pub ack_delay: u32,
+}
+
+/// The unit of the acknowledgement delay field: 32 microseconds.
+pub const ACK_DELAY_UNIT: core::time::Duration = core::time::Duration::from_micros(32);
+
+/// Bytes the delay field of an ack section takes (0 for no delay).
+pub fn ack_delay_len(units: u32) -> usize {
+    if units == 0 { 0 } else { varint_len(units) }
 }
 
 impl DataHeader<'_> {
@@ -83,6 +98,7 @@ impl DataHeader<'_> {
             + usize::from(self.ping.is_some())
             + usize::from(self.ping_ack.is_some())
             + ack_section_len(self.acks)
+            + if self.acks.is_empty() { 0 } else { ack_delay_len(self.ack_delay) }
             + CHECK_LEN
     }
 
@@ -167,9 +183,13 @@ impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
         }
         if let Some(first) = header.acks.first() {
             let s = SeqSpace::FRAME;
-            w.out.put_u8((header.acks.len() - 1) as u8);
+            let delayed = if header.ack_delay > 0 { DELAYED } else { 0 };
+            w.out.put_u8((header.acks.len() - 1) as u8 | delayed);
             w.out.put_u16_le(first.last as u16);
             w.full_id(first.last);
+            if header.ack_delay > 0 {
+                put_varint(w.out, header.ack_delay);
+            }
             put_varint(w.out, s.distance(first.first, first.last));
             for (newer, older) in header.acks.iter().zip(header.acks.iter().skip(1)) {
                 put_varint(w.out, s.distance(older.last, newer.first) - 2);
@@ -234,6 +254,9 @@ pub struct Data<'a> {
     pub ping: Option<u8>,
     /// An echoed ping.
     pub ping_ack: Option<u8>,
+    /// How long the sender held the newest acknowledged frame before acknowledging it, in
+    /// units of [`ACK_DELAY_UNIT`] (0 with no acknowledgements).
+    pub ack_delay: u32,
     acks: Option<AckSection<'a>>,
     messages: &'a [u8],
 }
@@ -332,14 +355,22 @@ impl<'a> Data<'a> {
         };
         let ping = if ty & P != 0 { Some(r.u8(Field::Ping)?) } else { None };
         let ping_ack = if ty & Q != 0 { Some(r.u8(Field::Ping)?) } else { None };
+        let mut ack_delay = 0;
         let acks = if ty & A != 0 {
             let head = r.u8(Field::AckRanges)?;
-            if head & 0xC0 != 0 {
+            if head & 0x80 != 0 {
                 return Err(DecodeError::ReservedBits(Field::AckRanges));
             }
-            let count = usize::from(head) + 1;
+            let count = usize::from(head & 0x3F) + 1;
             let largest = ctx.ack_largest(r.uint(2, Field::AckRanges)? as u16);
             v.at(r.position(), largest);
+            if head & DELAYED != 0 {
+                ack_delay = r.varint(Field::AckRanges)?;
+                if ack_delay == 0 {
+                    // A zero delay is written by leaving the field out: one encoding only.
+                    return Err(DecodeError::OutOfRange(Field::AckRanges));
+                }
+            }
             let from = r.position();
             let mut span: u64 = 0;
             for i in 0..count {
@@ -371,7 +402,7 @@ impl<'a> Data<'a> {
         }
         let Verify { checked, mut check, .. } = v;
         check.bytes(body.get(checked..).unwrap_or_default());
-        Ok((Self { frame_id, ping, ping_ack, acks, messages }, check.finish()))
+        Ok((Self { frame_id, ping, ping_ack, ack_delay, acks, messages }, check.finish()))
     }
 
     /// The acknowledged ranges, newest first.
@@ -515,7 +546,13 @@ mod tests {
     fn full_datagram_roundtrips_across_the_wrap() {
         let acks =
             [AckRange { first: 0xFFFF_FFFE, last: 0x0000_0003 }, AckRange { first: 0xFFFF_FF00, last: 0xFFFF_FFF0 }];
-        let header = DataHeader { frame: Some((0xFFFF_FFFF, 1)), ping: Some(9), ping_ack: Some(200), acks: &acks };
+        let header = DataHeader {
+            frame: Some((0xFFFF_FFFF, 1)),
+            ping: Some(9),
+            ping_ack: Some(200),
+            acks: &acks,
+            ack_delay: 300,
+        };
         let msgs = [msg(0xFF_FFFF, b"hello"), msg(0, b"world")];
         let key = Key::connection(1, 2);
         let bytes = encode(&header, &msgs, key);
@@ -576,7 +613,9 @@ mod tests {
         assert_eq!(dec(&sealed(&[0x70, 1, 2], k)), Err(DecodeError::Truncated(Field::FrameId)));
         assert_eq!(dec(&sealed(&[0x04], k)), Err(DecodeError::Truncated(Field::Ping)));
         assert_eq!(dec(&sealed(&[0x04, 1, 9], k)), Err(DecodeError::TrailingBytes));
-        assert_eq!(dec(&sealed(&[0x08, 0x40, 0, 0, 0], k)), Err(DecodeError::ReservedBits(Field::AckRanges)));
+        assert_eq!(dec(&sealed(&[0x08, 0x80, 0, 0, 0], k)), Err(DecodeError::ReservedBits(Field::AckRanges)));
+        // A delay flag with a zero delay: the one encoding of zero is no field.
+        assert_eq!(dec(&sealed(&[0x08, 0x40, 0, 0, 0, 0], k)), Err(DecodeError::OutOfRange(Field::AckRanges)));
         assert_eq!(dec(&sealed(&[0x08, 1, 0, 0, 0], k)), Err(DecodeError::Truncated(Field::AckRanges)));
         // Span beyond the frame window: 65535 + 1 + 0 + 1 > 65536.
         assert_eq!(

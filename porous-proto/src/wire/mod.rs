@@ -21,13 +21,14 @@ mod message;
 pub use check::Key;
 pub use control::{COOKIE_LEN, ConnectRequest, Control, Cookie, REQUEST_SIZE, RefuseReason};
 pub use data::{
-    AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_range_len, ack_section_len,
+    ACK_DELAY_UNIT, AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_delay_len,
+    ack_range_len, ack_section_len,
 };
 pub use message::{Fragment, MAX_FRAGMENTS, MESSAGE_HEADER_MAX, Message, MessageKind, RunContext, SendMode};
 
 /// Version of this wire format. It keys every check, so datagrams of other versions are
 /// dropped as foreign.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 /// Length of the integrity check.
 pub const CHECK_LEN: usize = 4;
 /// The shortest valid datagram: a type byte and the check.

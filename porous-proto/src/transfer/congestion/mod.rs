@@ -48,6 +48,9 @@ pub(crate) struct AckEvent {
     pub(crate) in_flight: usize,
     /// Bytes delivered on the connection in all, this acknowledgement included.
     pub(crate) delivered: u64,
+    /// Of the bytes acknowledged, those of frames declared lost that had arrived after
+    /// all: the loss they were counted as did not happen.
+    pub(crate) spurious: usize,
 }
 
 /// The controller of one connection.

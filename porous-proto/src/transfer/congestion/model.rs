@@ -82,13 +82,41 @@ const CAP_GROWTH: f64 = 1.125;
 /// loopback or a simulation can measure zero; timers are no finer than this).
 const RTT_FLOOR: Duration = Duration::from_millis(1);
 
+/// The bandwidth filter: the highest delivery rate of each of the last [`BW_ROUNDS`] rounds
+/// that took a sample, bytes per second. Rounds expire only as newer samples enter, as in
+/// a windowed max filter: an application-limited flow, whose samples say nothing new,
+/// keeps its estimate, instead of decaying to whatever a lone sparse frame measured (a
+/// 45-byte resend over a 600 ms round trip reads as 69 B/s).
+#[derive(Clone, Copy, Debug, Default)]
+struct BwFilter {
+    /// `(round, rate)` per slot, the slot being the round modulo [`BW_ROUNDS`].
+    slots: [(u64, u64); BW_ROUNDS],
+}
+
+impl BwFilter {
+    fn max(&self) -> u64 {
+        self.slots.iter().map(|&(_, rate)| rate).max().unwrap_or(0)
+    }
+
+    /// A sample of `rate` in `round`: rounds [`BW_ROUNDS`] or more before it expire.
+    fn insert(&mut self, round: u64, rate: u64) {
+        for slot in &mut self.slots {
+            if slot.0.saturating_add(BW_ROUNDS as u64) <= round {
+                *slot = (round, 0);
+            }
+        }
+        if let Some(slot) = self.slots.get_mut((round % BW_ROUNDS as u64) as usize) {
+            *slot = if slot.0 == round { (round, slot.1.max(rate)) } else { (round, rate) };
+        }
+    }
+}
+
 /// The model-based controller of one connection.
 #[derive(Clone, Debug)]
 pub(crate) struct Model {
     limits: Limits,
     mode: CongestionMode,
-    /// The highest delivery rate of each of the last rounds, bytes per second.
-    bw_rounds: [u64; BW_ROUNDS],
+    bw: BwFilter,
     min_rtt: Option<Duration>,
     /// When `min_rtt` was last seen (or set).
     min_rtt_at: Option<Instant>,
@@ -132,7 +160,7 @@ impl Model {
         let mut m = Self {
             limits,
             mode: CongestionMode::Startup,
-            bw_rounds: [0; BW_ROUNDS],
+            bw: BwFilter::default(),
             min_rtt: None,
             min_rtt_at: None,
             round: 0,
@@ -183,7 +211,7 @@ impl Model {
     /// The bandwidth the model runs at: the filter's maximum, under the loss cap and the
     /// negotiated limit.
     fn bandwidth(&self) -> u64 {
-        let mut bw = self.bw_rounds.iter().copied().max().unwrap_or(0);
+        let mut bw = self.bw.max();
         if self.loss_cap > 0 {
             bw = bw.min(self.loss_cap);
         }
@@ -265,22 +293,20 @@ impl Model {
         if self.silent {
             self.silent = false;
         }
+        // A loss that did not happen is no signal: taken back before the round is judged.
+        self.round_lost = self.round_lost.saturating_sub(ack.spurious as u64);
         let round_start = ack.sample.is_some_and(|s| s.prior_delivered >= self.round_ends_at);
         if round_start {
             self.end_round();
             self.round += 1;
             self.round_ends_at = ack.delivered;
-            if let Some(slot) = self.bw_rounds.get_mut(self.round as usize % BW_ROUNDS) {
-                *slot = 0;
-            }
         }
         self.round_acked += ack.acked as u64;
         if let Some(s) = ack.sample
             && let Some(rate) = s.rate
-            && (!s.app_limited || rate >= self.bandwidth())
-            && let Some(slot) = self.bw_rounds.get_mut(self.round as usize % BW_ROUNDS)
+            && (!s.app_limited || rate >= self.bw.max())
         {
-            *slot = (*slot).max(rate);
+            self.bw.insert(self.round, rate);
         }
         if let Some(rtt) = ack.rtt {
             self.round_max_rtt = self.round_max_rtt.max(rtt);
@@ -320,7 +346,9 @@ impl Model {
         self.round_max_rtt = Duration::ZERO;
         let share = if lost == 0 { 0.0 } else { lost as f64 / (lost + acked) as f64 };
         let queue = self.min_rtt.is_some_and(|m| max_rtt.as_secs_f64() > m.max(RTT_FLOOR).as_secs_f64() * QUEUE_FACTOR);
-        let congested = share > LOSS_THRESHOLD && (queue || share > SEVERE_LOSS);
+        // Without a round-trip sample there is no model to judge a loss against (the first
+        // flight's losses may be nothing but a lost acknowledgement).
+        let congested = self.min_rtt.is_some() && share > LOSS_THRESHOLD && (queue || share > SEVERE_LOSS);
         if !queue && lost + acked > 0 {
             self.random_loss = self.random_loss * 7.0 / 8.0 + share / 8.0;
         }
@@ -335,7 +363,7 @@ impl Model {
             }
         } else if self.loss_cap > 0 {
             let lifted = (self.loss_cap as f64 * CAP_GROWTH) as u64;
-            let filter = self.bw_rounds.iter().copied().max().unwrap_or(0);
+            let filter = self.bw.max();
             self.loss_cap = if lifted >= filter { 0 } else { lifted.max(self.loss_cap + 1) };
         }
     }
@@ -440,7 +468,8 @@ mod tests {
             }
             let delivered = m.round_ends_at.saturating_add(acked as u64);
             let sample = RateSample { rate: Some(rate), app_limited: false, prior_delivered: m.round_ends_at };
-            let ack = AckEvent { acked, sample: Some(sample), rtt: Some(rtt_seen), in_flight: acked, delivered };
+            let ack =
+                AckEvent { acked, sample: Some(sample), rtt: Some(rtt_seen), in_flight: acked, delivered, spurious: 0 };
             m.on_ack(*t, &ack, path());
         }
     }
@@ -459,6 +488,35 @@ mod tests {
         // BDP 500 kB; the window is twice that plus three datagrams, at most.
         assert!(m.window() <= 2 * 500_000 + 3 * MTU, "{}", m.window());
         assert!((7_500_000..=12_500_000).contains(&m.pacing_rate()), "{}", m.pacing_rate());
+    }
+
+    #[test]
+    fn an_application_limited_flow_keeps_its_estimate_however_long() {
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 1_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        assert_eq!(m.stats().bandwidth, 1_000_000);
+        // Fifty rounds of a game sending a fiftieth of that, and a lone small resend that
+        // measures next to nothing: none of it says the path got slower.
+        for rate in std::iter::repeat_n(20_000, 50).chain([69]) {
+            t += 50 * MS;
+            let delivered = m.round_ends_at + 1_000;
+            let sample = RateSample { rate: Some(rate), app_limited: true, prior_delivered: m.round_ends_at };
+            let ack = AckEvent {
+                acked: 1_000,
+                sample: Some(sample),
+                rtt: Some(50 * MS),
+                in_flight: 1_000,
+                delivered,
+                spurious: 0,
+            };
+            m.on_ack(t, &ack, path());
+        }
+        assert_eq!(m.stats().bandwidth, 1_000_000);
+        // A sample that is not application-limited is news: ten rounds later the old
+        // estimate has expired.
+        drive(&mut m, &mut t, 400_000, 50 * MS, 11, 0.0, 50 * MS);
+        assert_eq!(m.stats().bandwidth, 400_000);
     }
 
     #[test]

@@ -1,0 +1,319 @@
+//! Server scale (issue 18): one server `Host` and N active clients in memory, a 60 Hz game.
+//!
+//! Each tick every client sends a 20-byte reliable input; the server sends each client a
+//! 100-byte unreliable state and, every 6th tick, a 40-byte reliable event. The clients are
+//! emulated by one client `Host` that connects to a distinct alias of the server per
+//! client (the harness rewrites addresses on the way, as in `idle.rs`), so the server holds
+//! a full, independent peer per client. Datagrams cross in the tick they are sent: both
+//! sides read what arrived, send, step and transmit, in that order, as an engine loop does.
+//!
+//! Only the server's calls are timed (reading the tick's datagrams, the sends, `step`,
+//! draining transmits and events). For each N the bench warms up for 2 s of game time,
+//! then measures three windows of 3 s and prints, as medians of the windows (ranges in
+//! brackets): server ns per peer per tick (the median tick over N), the p50 and p99 tick,
+//! datagrams and bytes per peer per tick each way, heap per peer (live bytes of the server
+//! with N active peers minus those of an empty one, over N) and allocations per peer per
+//! tick during the timed calls.
+//!
+//! `cargo bench -p porous-proto --bench active` (N = 100, 1,000, 10,000 and 20,000;
+//! `-- --sizes 100,1000` for others); see `docs/performance.md`. Under
+//! `cargo test --benches` it runs once with 20 and 40 peers.
+
+use std::alloc::System;
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use porous_proto::{Event, Host, HostConfig, PeerId, SendMode};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const TICK: Duration = Duration::from_micros(16_667);
+const WARM_UP_TICKS: usize = 120;
+const WINDOW_TICKS: usize = 180;
+const WINDOWS: usize = 3;
+/// Every this many ticks the server also sends a reliable event.
+const EVENT_EVERY: u64 = 6;
+
+const INPUT: [u8; 20] = [1; 20];
+const STATE: [u8; 100] = [2; 100];
+const EVENT: [u8; 40] = [3; 40];
+
+/// Channel 0 carries the reliable inputs and events, channel 1 the unreliable state.
+const RELIABLE: usize = 0;
+const UNRELIABLE: usize = 1;
+
+fn rng(seed: u64) -> rand_pcg::Pcg32 {
+    rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
+}
+
+fn config() -> HostConfig {
+    let mut c = HostConfig::default();
+    c.max_peers = 25_000;
+    c
+}
+
+/// Peer counts: from `--sizes a,b,...`, those of the issue under `cargo bench` (which
+/// passes `--bench`), or two small ones for the smoke run of `cargo test --benches`.
+fn sizes() -> Vec<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--sizes")
+        && let Some(list) = args.get(i + 1)
+    {
+        return list.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    }
+    if args.iter().any(|a| a == "--bench") { vec![100, 1_000, 10_000, 20_000] } else { vec![20, 40] }
+}
+
+const CLIENT_BASE: u32 = u32::from_be_bytes([10, 1, 0, 0]);
+const ALIAS_BASE: u32 = u32::from_be_bytes([10, 2, 0, 0]);
+
+/// Where the server sees client `i`.
+fn client_addr(i: usize) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(CLIENT_BASE + i as u32), 7000))
+}
+
+/// Where client `i` sees the server.
+fn alias(i: usize) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ALIAS_BASE + i as u32), 7000))
+}
+
+fn index(addr: SocketAddr, base: u32) -> usize {
+    match addr {
+        SocketAddr::V4(a) => (u32::from(*a.ip()) - base) as usize,
+        SocketAddr::V6(_) => unreachable!("the harness only uses IPv4"),
+    }
+}
+
+/// Datagrams and bytes that crossed one way.
+#[derive(Clone, Copy, Debug, Default)]
+struct Traffic {
+    datagrams: u64,
+    bytes: u64,
+}
+
+/// A server and `n` active clients, emulated by one client host.
+struct Game {
+    server: Host,
+    client: Host,
+    now: Instant,
+    ticks: u64,
+    /// The server's peer per client and the client host's peer per client, by index.
+    server_peers: Vec<Option<PeerId>>,
+    client_peers: Vec<PeerId>,
+    to_server: VecDeque<(SocketAddr, Bytes)>,
+    to_clients: VecDeque<(SocketAddr, Bytes)>,
+    up: Traffic,
+    down: Traffic,
+}
+
+impl Game {
+    fn new(n: usize) -> Self {
+        let mut g = Self {
+            server: Host::new(config(), rng(1)).expect("valid config"),
+            client: Host::new(config(), rng(2)).expect("valid config"),
+            now: Instant::now(),
+            ticks: 0,
+            server_peers: vec![None; n],
+            client_peers: Vec::with_capacity(n),
+            to_server: VecDeque::new(),
+            to_clients: VecDeque::new(),
+            up: Traffic::default(),
+            down: Traffic::default(),
+        };
+        // Clients arrive over half a second, as real ones do at random times.
+        let per_tick = n.div_ceil(30);
+        while g.client_peers.len() < n {
+            let from = g.client_peers.len();
+            for i in from..(from + per_tick).min(n) {
+                let peer = g.client.connect(g.now, alias(i)).expect("connect");
+                g.client_peers.push(peer);
+            }
+            g.idle_tick();
+        }
+        let mut rounds = 0;
+        while g.server_peers.iter().any(Option::is_none) {
+            g.idle_tick();
+            rounds += 1;
+            assert!(rounds < 2_000, "every client connects");
+        }
+        g
+    }
+
+    /// A tick without game traffic (while clients connect).
+    fn idle_tick(&mut self) {
+        self.now += TICK;
+        self.client_io(false);
+        self.server_io(false);
+    }
+
+    /// The clients' side of a tick: read, send inputs (if playing), step, transmit.
+    fn client_io(&mut self, play: bool) {
+        while let Some((to, payload)) = self.to_clients.pop_front() {
+            self.client.handle_datagram(self.now, alias(index(to, CLIENT_BASE)), &payload);
+        }
+        if play {
+            for &peer in &self.client_peers {
+                self.client.send(peer, RELIABLE, Bytes::from_static(&INPUT), SendMode::Reliable).expect("input");
+            }
+        }
+        self.client.step(self.now);
+        while let Some(t) = self.client.poll_transmit() {
+            self.up.datagrams += 1;
+            self.up.bytes += t.payload.len() as u64;
+            self.to_server.push_back((client_addr(index(t.remote, ALIAS_BASE)), t.payload));
+        }
+        while let Some(e) = self.client.poll_event() {
+            if let Event::Disconnected { peer, reason } = e {
+                panic!("client {peer} disconnected: {reason}");
+            }
+        }
+    }
+
+    /// The server's side of a tick (what is timed): read, send state (and events), step,
+    /// transmit, drain events.
+    fn server_io(&mut self, play: bool) {
+        while let Some((from, payload)) = self.to_server.pop_front() {
+            self.server.handle_datagram(self.now, from, &payload);
+        }
+
+        if play {
+            let event = self.ticks.is_multiple_of(EVENT_EVERY);
+            for peer in self.server_peers.iter().flatten() {
+                let _ = self.server.send(*peer, UNRELIABLE, Bytes::from_static(&STATE), SendMode::Unreliable);
+                if event {
+                    let _ = self.server.send(*peer, RELIABLE, Bytes::from_static(&EVENT), SendMode::Reliable);
+                }
+            }
+        }
+        self.server.step(self.now);
+        while let Some(t) = self.server.poll_transmit() {
+            self.down.datagrams += 1;
+            self.down.bytes += t.payload.len() as u64;
+            self.to_clients.push_back((t.remote, t.payload));
+        }
+        while let Some(e) = self.server.poll_event() {
+            match e {
+                Event::Connected { peer, remote } => {
+                    if let Some(slot) = self.server_peers.get_mut(index(remote, CLIENT_BASE)) {
+                        *slot = Some(peer);
+                    }
+                }
+                Event::Disconnected { peer, reason } => panic!("server's {peer} disconnected: {reason}"),
+                _ => {}
+            }
+        }
+    }
+
+    /// One game tick; returns how long the server's calls took and the allocations they
+    /// made.
+    fn tick(&mut self) -> (Duration, u64) {
+        self.now += TICK;
+        self.ticks += 1;
+        self.client_io(true);
+        let region = Region::new(GLOBAL);
+        let start = Instant::now();
+        self.server_io(true);
+        let took = start.elapsed();
+        (took, region.change().allocations as u64)
+    }
+}
+
+/// One window's figures.
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    ns_per_peer: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    up_datagrams: f64,
+    down_datagrams: f64,
+    up_bytes: f64,
+    down_bytes: f64,
+    allocs: f64,
+}
+
+fn measure(g: &mut Game, n: usize) -> Window {
+    let (up, down) = (g.up, g.down);
+    let mut times = Vec::with_capacity(WINDOW_TICKS);
+    let mut allocs = 0;
+    for _ in 0..WINDOW_TICKS {
+        let (t, a) = g.tick();
+        times.push(t);
+        allocs += a;
+    }
+    times.sort();
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize].as_secs_f64();
+    let per = (n * WINDOW_TICKS) as f64;
+    Window {
+        ns_per_peer: at(0.5) * 1e9 / n as f64,
+        p50_ms: at(0.5) * 1e3,
+        p99_ms: at(0.99) * 1e3,
+        up_datagrams: (g.up.datagrams - up.datagrams) as f64 / per,
+        down_datagrams: (g.down.datagrams - down.datagrams) as f64 / per,
+        up_bytes: (g.up.bytes - up.bytes) as f64 / per,
+        down_bytes: (g.down.bytes - down.bytes) as f64 / per,
+        allocs: allocs as f64 / per,
+    }
+}
+
+/// Median and range of one figure over the windows.
+fn summary(windows: &[Window], f: impl Fn(&Window) -> f64, digits: usize) -> String {
+    let mut v: Vec<f64> = windows.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    let (lo, mid, hi) = (v[0], v[v.len() / 2], v[v.len() - 1]);
+    if hi - lo < 0.5 * 10f64.powi(-(digits as i32)) {
+        format!("{mid:.digits$}")
+    } else {
+        format!("{mid:.digits$} [{lo:.digits$}-{hi:.digits$}]")
+    }
+}
+
+/// Live heap bytes (allocated and not freed) since `region` began.
+fn live(region: &Region<'_, System>) -> i64 {
+    let s = region.change();
+    s.bytes_allocated as i64 - s.bytes_deallocated as i64
+}
+
+fn main() {
+    println!(
+        "60 Hz game, one server and N clients in memory; server calls only; medians of {WINDOWS} windows of {WINDOW_TICKS} ticks [range]"
+    );
+    println!(
+        "| peers | ns/peer/tick | p50 tick ms | p99 tick ms | datagrams/peer/tick up | down | bytes/peer/tick up | down | heap/peer B | allocs/peer/tick |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let empty_region = Region::new(GLOBAL);
+    let mut empty = Host::new(config(), rng(1)).expect("valid config");
+    empty.step(Instant::now());
+    let empty_bytes = live(&empty_region);
+    drop(empty);
+    for n in sizes() {
+        let region = Region::new(GLOBAL);
+        let mut g = Game::new(n);
+        for _ in 0..WARM_UP_TICKS {
+            g.tick();
+        }
+        let windows: Vec<Window> = (0..WINDOWS).map(|_| measure(&mut g, n)).collect();
+        assert_eq!(g.server.stats().peers, n, "no peer was lost");
+        // The server's heap: everything live now minus the client side's share, which is
+        // measured by dropping it.
+        let Game { server, client, to_server, to_clients, client_peers, server_peers, .. } = g;
+        drop((client, to_server, to_clients, client_peers, server_peers));
+        let heap = (live(&region) - empty_bytes) as f64 / n as f64;
+        drop(server);
+        println!(
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {heap:.0} | {} |",
+            summary(&windows, |w| w.ns_per_peer, 0),
+            summary(&windows, |w| w.p50_ms, 3),
+            summary(&windows, |w| w.p99_ms, 3),
+            summary(&windows, |w| w.up_datagrams, 2),
+            summary(&windows, |w| w.down_datagrams, 2),
+            summary(&windows, |w| w.up_bytes, 1),
+            summary(&windows, |w| w.down_bytes, 1),
+            summary(&windows, |w| w.allocs, 3),
+        );
+    }
+}
