@@ -35,6 +35,22 @@ const TICK: Duration = Duration::from_micros(16_667);
 const WARM_UP_TICKS: usize = 120;
 const WINDOW_TICKS: usize = 180;
 const WINDOWS: usize = 3;
+
+/// The value after `--name` on the command line.
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
+}
+
+/// `--ticks K`: one window of K ticks after `--warm-up W` (default 60), for a profiler;
+/// otherwise the defaults above.
+fn schedule() -> (usize, usize, usize) {
+    match arg("--ticks").and_then(|t| t.parse().ok()) {
+        Some(ticks) => (arg("--warm-up").and_then(|w| w.parse().ok()).unwrap_or(60), ticks, 1),
+        None => (WARM_UP_TICKS, WINDOW_TICKS, WINDOWS),
+    }
+}
 /// Every this many ticks the server also sends a reliable event.
 const EVENT_EVERY: u64 = 6;
 
@@ -59,13 +75,10 @@ fn config() -> HostConfig {
 /// Peer counts: from `--sizes a,b,...`, those of the issue under `cargo bench` (which
 /// passes `--bench`), or two small ones for the smoke run of `cargo test --benches`.
 fn sizes() -> Vec<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--sizes")
-        && let Some(list) = args.get(i + 1)
-    {
+    if let Some(list) = arg("--sizes") {
         return list.split(',').filter_map(|s| s.trim().parse().ok()).collect();
     }
-    if args.iter().any(|a| a == "--bench") { vec![100, 1_000, 10_000, 20_000] } else { vec![20, 40] }
+    if std::env::args().any(|a| a == "--bench") { vec![100, 1_000, 10_000, 20_000] } else { vec![20, 40] }
 }
 
 const CLIENT_BASE: u32 = u32::from_be_bytes([10, 1, 0, 0]);
@@ -235,18 +248,18 @@ struct Window {
     allocs: f64,
 }
 
-fn measure(g: &mut Game, n: usize) -> Window {
+fn measure(g: &mut Game, n: usize, ticks: usize) -> Window {
     let (up, down) = (g.up, g.down);
-    let mut times = Vec::with_capacity(WINDOW_TICKS);
+    let mut times = Vec::with_capacity(ticks);
     let mut allocs = 0;
-    for _ in 0..WINDOW_TICKS {
+    for _ in 0..ticks {
         let (t, a) = g.tick();
         times.push(t);
         allocs += a;
     }
     times.sort();
     let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize].as_secs_f64();
-    let per = (n * WINDOW_TICKS) as f64;
+    let per = (n * ticks) as f64;
     Window {
         ns_per_peer: at(0.5) * 1e9 / n as f64,
         p50_ms: at(0.5) * 1e3,
@@ -278,8 +291,9 @@ fn live(region: &Region<'_, System>) -> i64 {
 }
 
 fn main() {
+    let (warm_up, ticks, windows) = schedule();
     println!(
-        "60 Hz game, one server and N clients in memory; server calls only; medians of {WINDOWS} windows of {WINDOW_TICKS} ticks [range]"
+        "60 Hz game, one server and N clients in memory; server calls only; medians of {windows} windows of {ticks} ticks [range]"
     );
     println!(
         "| peers | ns/peer/tick | p50 tick ms | p99 tick ms | datagrams/peer/tick up | down | bytes/peer/tick up | down | heap/peer B | allocs/peer/tick |"
@@ -293,10 +307,10 @@ fn main() {
     for n in sizes() {
         let region = Region::new(GLOBAL);
         let mut g = Game::new(n);
-        for _ in 0..WARM_UP_TICKS {
+        for _ in 0..warm_up {
             g.tick();
         }
-        let windows: Vec<Window> = (0..WINDOWS).map(|_| measure(&mut g, n)).collect();
+        let windows: Vec<Window> = (0..windows).map(|_| measure(&mut g, n, ticks)).collect();
         assert_eq!(g.server.stats().peers, n, "no peer was lost");
         // The server's heap: everything live now minus the client side's share, which is
         // measured by dropping it.

@@ -89,6 +89,9 @@ pub(crate) struct Peer {
     closing: Option<Closing>,
     local: ConnectRequest,
     remote_req: Option<ConnectRequest>,
+    /// The connection keys (sending, receiving), once the remote request is known: derived
+    /// once, not per datagram.
+    keys: Option<(Key, Key)>,
     /// What the connection runs with, once the remote request is known.
     params: Option<Params>,
     acked: bool,
@@ -128,6 +131,7 @@ impl Peer {
             closing: None,
             local,
             remote_req: None,
+            keys: None,
             params: None,
             acked: false,
             session: None,
@@ -167,7 +171,7 @@ impl Peer {
         out: &mut Outputs,
     ) -> Self {
         let mut p = Self::new(now, at, settings, local, Origin::Remote, seed);
-        p.remote_req = Some(accepted.0);
+        p.set_remote(accepted.0);
         p.params = Some(accepted.1);
         p.send_handshake(now, out);
         p
@@ -194,8 +198,13 @@ impl Peer {
     /// The keys of the connection's two directions (send, receive), once both nonces are
     /// known.
     fn keys(&self) -> Option<(Key, Key)> {
-        self.remote_req
-            .map(|r| (Key::connection(self.local.nonce, r.nonce), Key::connection(r.nonce, self.local.nonce)))
+        self.keys
+    }
+
+    /// The remote side's request is known: so are the connection keys.
+    fn set_remote(&mut self, r: ConnectRequest) {
+        self.remote_req = Some(r);
+        self.keys = Some((Key::connection(self.local.nonce, r.nonce), Key::connection(r.nonce, self.local.nonce)));
     }
 
     /// Whether the application knows this peer's id (so it must hear of its end).
@@ -329,7 +338,7 @@ impl Peer {
                 if self.remote_req.is_none_or(|r| r.nonce != req.nonce) {
                     // A first request, or the remote restarted its attempt.
                     self.params = Some(params);
-                    self.remote_req = Some(req);
+                    self.set_remote(req);
                 }
                 if self.acked {
                     out.control(self.remote, &Control::Ack, Key::reply(req.nonce));
