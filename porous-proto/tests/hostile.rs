@@ -362,10 +362,14 @@ fn a_peer_acknowledging_what_it_never_received_is_caught() {
     let peer = host.peer_by_addr(client).unwrap();
     let base = hostile.server.unwrap().frame_base;
     let mut ended = None;
+    let mut last = None;
     for round in 0..2000u32 {
         let now = t0 + round * MS;
         let _ = host.send(peer, 0, Bytes::from_static(&[1; 100]), SendMode::Unreliable);
+        // And bulk: the liar wants the congestion window open for it.
+        while host.send(peer, 1, Bytes::from_static(&[2; 1000]), SendMode::Reliable).is_ok() {}
         host.step(now);
+        last = host.peer_stats(peer).or(last);
         let out = drain(&mut host);
         hostile.read(&out);
         // Optimistic acknowledgement: everything from the first frame to the newest,
@@ -386,7 +390,14 @@ fn a_peer_acknowledging_what_it_never_received_is_caught() {
     }
     let (round, reason) = ended.expect("the liar was caught");
     assert_eq!(reason, DisconnectReason::Misbehaving);
-    eprintln!("optimistic acknowledgements caught after {round} rounds");
+    // The controller's only input is acknowledgements: what the liar gained is what the
+    // server sent before a skipped id gave it away, about 128 frames on average.
+    let s = last.expect("stats while connected");
+    assert!(s.transfer.frames_sent < 1_024, "the liar got {} frames before it was caught", s.transfer.frames_sent);
+    eprintln!(
+        "optimistic acknowledgements caught after {round} rounds, {} frames ({} bytes); the model's bandwidth then {} B/s",
+        s.transfer.frames_sent, s.transfer.bytes_sent, s.congestion.bandwidth
+    );
 }
 
 #[test]

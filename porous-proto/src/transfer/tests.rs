@@ -196,12 +196,21 @@ impl Link {
 /// Two transfer layers exchange 600 messages (reliable and unreliable) over a lossy link in
 /// both directions; ids start just below 2^32 so they wrap.
 fn lossy_exchange(loss: f64, seed: u64) {
+    lossy_exchange_with(loss, seed, CongestionControl::default());
+}
+
+/// Reliable and unreliable messages one way over a link losing `loss` of the datagrams
+/// each way, with controller `cc`: every reliable message arrives, the flight never
+/// exceeds the congestion window, the transfer window holds and the ids wrap.
+fn lossy_exchange_with(loss: f64, seed: u64, cc: CongestionControl) {
     let t0 = Instant::now();
     let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
     let base_a = u32::MAX - 40;
     let base_b = u32::MAX - 7;
-    let mut a = Transfer::new(cfg(1200), base_a, base_b);
-    let mut b = Transfer::new(cfg(1200), base_b, base_a);
+    let mut c = cfg(1200);
+    c.congestion = cc;
+    let mut a = Transfer::new(c.clone(), base_a, base_b);
+    let mut b = Transfer::new(c, base_b, base_a);
     let mut ab = Link::new(25 * MS, loss, seed);
     let mut ba = Link::new(25 * MS, loss, seed ^ 0xABCD);
     let total = 600u32;
@@ -266,6 +275,14 @@ fn lossy_exchange(loss: f64, seed: u64) {
 fn every_reliable_message_arrives_over_ten_percent_loss() {
     for seed in 1..=4 {
         lossy_exchange(0.10, seed);
+    }
+}
+
+#[test]
+fn nothing_stalls_at_fifty_percent_loss_with_either_controller() {
+    for seed in 1..=3 {
+        lossy_exchange_with(0.50, seed, CongestionControl::Model);
+        lossy_exchange_with(0.50, seed, CongestionControl::Aimd);
     }
 }
 
