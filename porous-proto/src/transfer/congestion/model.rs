@@ -21,12 +21,14 @@
 //!   datagrams for 200 ms and a round trip, so a queue cannot hide the path's real RTT.
 //!
 //! Loss: per round trip, the share of bytes lost. A round that loses more than
-//! [`LOSS_THRESHOLD`] while its round trips ran more than a quarter above the minimum
-//! (a queue overflowing: congestion) caps the model's bandwidth at [`LOSS_BETA`] of its
-//! estimate: a bounded reduction, once per round, never a halving per drop. Random loss,
-//! which comes without a queue, leaves the model alone, as does loss above
-//! [`SEVERE_LOSS`] only if a queue shows (a policer or a collapse shows as a falling
-//! delivery rate, which the model follows anyway). The cap is lifted by an eighth per round
+//! [`LOSS_THRESHOLD`] beyond the path's random loss while its round trips ran more than a
+//! quarter above the minimum (a queue overflowing: congestion) caps the model's bandwidth
+//! at [`LOSS_BETA`] of its estimate: a bounded reduction, once per round, never a halving
+//! per drop. Random loss, which comes without a queue, leaves the model alone; it is
+//! smoothed per round and paced for. Loss above [`SEVERE_LOSS`] without a queue counts
+//! only two rounds running and outside Startup (a policer, or a buffer too shallow to show
+//! a queue); a round's losses that prove spurious are taken back first, and nothing is
+//! judged before the first round-trip sample. The cap is lifted by an eighth per round
 //! without congestion. When nothing at all is acknowledged for two RTOs while frames keep
 //! being lost, the path is silent: the window falls to its minimum until an
 //! acknowledgement comes back, so a dead path does not get the full rate of resends.
@@ -139,6 +141,8 @@ pub(crate) struct Model {
     round_max_rtt: Duration,
     /// The ceiling congested rounds put on the bandwidth, bytes per second (0: none).
     loss_cap: u64,
+    /// The last round lost more than [`SEVERE_LOSS`].
+    severe_before: bool,
     /// The share of bytes lost in rounds without a queue (random loss), smoothed per
     /// round. The delivery rate counts only what arrives, so on a path that loses this
     /// share at random the sender must put out `1 / (1 - share)` times the rate it wants
@@ -175,6 +179,7 @@ impl Model {
             round_lost: 0,
             round_max_rtt: Duration::ZERO,
             loss_cap: 0,
+            severe_before: false,
             random_loss: 0.0,
             last_ack: None,
             silent: false,
@@ -347,8 +352,17 @@ impl Model {
         let share = if lost == 0 { 0.0 } else { lost as f64 / (lost + acked) as f64 };
         let queue = self.min_rtt.is_some_and(|m| max_rtt.as_secs_f64() > m.max(RTT_FLOOR).as_secs_f64() * QUEUE_FACTOR);
         // Without a round-trip sample there is no model to judge a loss against (the first
-        // flight's losses may be nothing but a lost acknowledgement).
-        let congested = self.min_rtt.is_some() && share > LOSS_THRESHOLD && (queue || share > SEVERE_LOSS);
+        // flight's losses may be nothing but a lost acknowledgement). With a queue, loss
+        // beyond the path's known random loss is congestion; without one, only severe
+        // loss two rounds running is (one round of a few frames at 30% random loss, or a
+        // burst after a silence, can lose more than half by chance), and not in Startup,
+        // whose first rounds are the fewest frames and the noisiest: an overshoot into a
+        // buffer too shallow to show a queue stops the delivery rate growing, which ends
+        // Startup within three rounds anyway.
+        let severe = share > SEVERE_LOSS && self.min_rtt.is_some() && self.mode != CongestionMode::Startup;
+        let sustained = severe && self.severe_before;
+        self.severe_before = severe;
+        let congested = self.min_rtt.is_some() && ((queue && share > LOSS_THRESHOLD + self.random_loss) || sustained);
         if !queue && lost + acked > 0 {
             self.random_loss = self.random_loss * 7.0 / 8.0 + share / 8.0;
         }
@@ -527,16 +541,34 @@ mod tests {
         // 20% loss, round trips at their minimum: random loss.
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 20, 0.2, 50 * MS);
         assert_eq!(m.stats().bandwidth, 10_000_000, "random loss leaves the model alone");
-        // 5% loss with round trips doubled: a queue overflowing.
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.05, 100 * MS);
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.05, 100 * MS);
+        // No more than that random loss, with a queue: nothing beyond the path's own loss.
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 2, 0.15, 100 * MS);
+        assert_eq!(m.stats().bandwidth, 10_000_000, "the path's random loss is no verdict");
+        // 35% loss with round trips doubled: a queue overflowing on top of it.
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.35, 100 * MS);
         let bw = m.stats().bandwidth;
         assert!((8_000_000..=8_600_000).contains(&bw), "one bounded reduction per round: {bw}");
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.05, 100 * MS);
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.35, 100 * MS);
         assert!(m.stats().bandwidth >= bw * 8 / 10, "never more than 15% a round");
         // Clean rounds lift the cap again.
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
         assert_eq!(m.stats().bandwidth, 10_000_000);
+    }
+
+    #[test]
+    fn severe_loss_without_a_queue_is_congestion_only_when_it_lasts() {
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        assert_eq!(m.stats().mode, CongestionMode::ProbeBandwidth);
+        // One round losing 60% (a burst, or chance over few frames): no verdict.
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 1.5, 50 * MS);
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.0, 50 * MS);
+        assert_eq!(m.stats().bandwidth, 10_000_000);
+        // Two running (a policer, a collapse): one bounded reduction.
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 3, 1.5, 50 * MS);
+        let bw = m.stats().bandwidth;
+        assert!(bw < 10_000_000 && bw >= 10_000_000 * 7 / 10, "{bw}");
     }
 
     #[test]
