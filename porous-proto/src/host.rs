@@ -69,12 +69,11 @@ struct Slot {
 /// use porous_proto::{Event, Host, HostConfig, SendMode};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // Two hosts joined by a perfect in-memory link; any seeded RNG will do.
+/// // Two hosts joined by a perfect in-memory link, seeded so the run is repeatable.
 /// let a_addr = "10.0.0.1:9000".parse()?;
 /// let b_addr = "10.0.0.2:9000".parse()?;
-/// let rng = |seed| rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7);
-/// let mut a = Host::new(HostConfig::default(), rng(1))?;
-/// let mut b = Host::new(HostConfig::default(), rng(2))?;
+/// let mut a = Host::with_seed(HostConfig::default(), 1)?;
+/// let mut b = Host::with_seed(HostConfig::default(), 2)?;
 ///
 /// let start = Instant::now();
 /// let peer = a.connect(start, b_addr)?;
@@ -134,7 +133,11 @@ impl core::fmt::Debug for Host {
 }
 
 impl Host {
-    /// A host with `config`, drawing connection nonces and starting ids from `rng`.
+    /// A host with `config`, drawing connection nonces and starting ids from `rng`: any
+    /// generator of `rand_core` 0.10 (the `rand` 0.10 family; generators of `rand` 0.8
+    /// and 0.9 implement older traits and do not fit). [`Host::from_entropy`] and
+    /// [`Host::with_seed`] cover the usual cases; this one is for injecting a generator of
+    /// your own, as a simulation does.
     pub fn new(config: HostConfig, mut rng: impl rand_core::Rng + Send + 'static) -> Result<Self, ConfigError> {
         config.validate()?;
         let listener = Listener::new(&config, (rng.next_u64(), rng.next_u64()));
@@ -156,6 +159,53 @@ impl Host {
             step_interval: Duration::ZERO,
             stats: HostStats::default(),
         })
+    }
+
+    /// A host drawing its randomness from the operating system's generator (through
+    /// `getrandom`, feature `os-random`, on by default): the constructor for real use.
+    ///
+    /// ```
+    /// use porous_proto::{Host, HostConfig};
+    /// let host = Host::from_entropy(HostConfig::default())?;
+    /// # Ok::<(), porous_proto::ConfigError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the operating system's generator fails, which it does not once the system has
+    /// booted on any platform `getrandom` supports. The host draws from it here and for
+    /// each new connection.
+    #[cfg(feature = "os-random")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "os-random")))]
+    pub fn from_entropy(config: HostConfig) -> Result<Self, ConfigError> {
+        Self::new(config, rand_core::UnwrapErr(getrandom::SysRng))
+    }
+
+    /// A host whose randomness comes from a generator seeded with `seed`: the same seed
+    /// and the same inputs give the same outputs, byte for byte. For tests, simulations,
+    /// replays and fixed-step engines that record their inputs.
+    ///
+    /// Not for a host on a public network: the connection nonces that key every
+    /// datagram's integrity check come from this generator, and they are visible in
+    /// handshakes; anyone who knows the seed, or sees enough nonces, can predict the next
+    /// ones and forge datagrams into other connections. Use [`Host::from_entropy`] there.
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use porous_proto::{Host, HostConfig};
+    /// let (mut a, mut b) = (Host::with_seed(HostConfig::default(), 7)?, Host::with_seed(HostConfig::default(), 7)?);
+    /// let (now, server) = (Instant::now(), "10.0.0.2:9000".parse()?);
+    /// a.connect(now, server)?;
+    /// b.connect(now, server)?;
+    /// a.step(now);
+    /// b.step(now);
+    /// // The same connection request, byte for byte.
+    /// assert_eq!(a.poll_transmit(), b.poll_transmit());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_seed(config: HostConfig, seed: u64) -> Result<Self, ConfigError> {
+        use rand_core::SeedableRng as _;
+        Self::new(config, rand_pcg::Pcg64Mcg::seed_from_u64(seed))
     }
 
     /// The configuration.

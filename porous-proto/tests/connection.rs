@@ -388,6 +388,23 @@ fn the_same_inputs_and_seed_give_byte_identical_transmits() {
 }
 
 #[test]
+fn a_seeded_host_repeats_itself_and_an_entropy_host_does_not() {
+    use porous_proto::Host;
+    let now = std::time::Instant::now();
+    let first_request = |mut host: Host| {
+        host.connect(now, "10.0.0.9:9000".parse().unwrap()).unwrap();
+        host.step(now);
+        host.poll_transmit().unwrap().payload
+    };
+    let seeded = |seed| Host::with_seed(HostConfig::default(), seed).unwrap();
+    let entropy = || Host::from_entropy(HostConfig::default()).unwrap();
+    // The request carries the connection's random nonce: the same seed gives the same one.
+    assert_eq!(first_request(seeded(3)), first_request(seeded(3)));
+    assert_ne!(first_request(seeded(3)), first_request(seeded(4)));
+    assert_ne!(first_request(entropy()), first_request(entropy()));
+}
+
+#[test]
 fn sequence_ids_start_where_configured() {
     let mut a = HostConfig::default();
     a.sequence_start = SequenceStart::Fixed { frame: u32::MAX - 3, packet: 0xFF_FFFE };
