@@ -26,7 +26,8 @@ pub struct PeerId {
 
 impl PeerId {
     /// The slot index: small, dense, reused after the peer is gone. Handy to index an
-    /// application's own per-peer table alongside [`PeerId::generation`].
+    /// application's own per-peer table alongside [`PeerId::generation`];
+    /// [`PeerMap`](crate::PeerMap) is such a table.
     pub fn index(self) -> u32 {
         self.index
     }

@@ -566,6 +566,13 @@ impl Host {
         self.by_addr.get(&remote).map(|&i| self.id_of(i))
     }
 
+    /// The address of `peer`, if it exists: where its datagrams come from and go to. The
+    /// inverse of [`Host::peer_by_addr`].
+    pub fn remote_addr(&self, peer: PeerId) -> Option<SocketAddr> {
+        let index = self.peer_index(peer)?;
+        self.slots.get(index)?.peer.as_deref().map(Peer::remote)
+    }
+
     /// The data path of the connection with `remote`, once it is made (see
     /// `fuzzing::hooks`).
     #[cfg(feature = "arbitrary")]

@@ -44,6 +44,7 @@ mod host;
 mod limits;
 mod listener;
 mod peer;
+mod peer_map;
 pub mod seq;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
@@ -58,6 +59,7 @@ pub use config::{
 };
 pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit};
 pub use host::Host;
+pub use peer_map::PeerMap;
 pub use stats::{CongestionMode, CongestionStats, HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};
 
 #[cfg(any(test, feature = "arbitrary"))]

@@ -294,9 +294,12 @@ fn disconnected_peers_linger_acknowledging_repeats_then_are_deleted() {
     let acks = p.log.iter().filter(|d| d.ty() == 0x87).count();
     assert!(acks >= 2, "the disconnected side acknowledged the repeat");
     assert_eq!(p.b.peer_stats(pb).map(|s| s.state), Some(PeerState::Disconnected));
+    // Each side finds the other's address from its id, while the peer exists.
+    assert_eq!((p.a.remote_addr(pa), p.b.remote_addr(pb)), (Some(p.b_addr), Some(p.a_addr)));
     // After the linger both are zombies and deleted; ids are dead.
     p.run_for(4 * SEC);
     assert!(p.a.peer_stats(pa).is_none() && p.b.peer_stats(pb).is_none());
+    assert_eq!((p.a.remote_addr(pa), p.b.remote_addr(pb)), (None, None));
     assert_eq!((p.a.peers().count(), p.b.peers().count()), (0, 0));
     assert_eq!(p.a.send(pa, 0, Bytes::new(), SendMode::Reliable), Err(SendError::UnknownPeer));
     // The slot is reused with a new generation: the old id does not reach the new peer.
