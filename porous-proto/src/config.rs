@@ -222,7 +222,7 @@ pub struct HostConfig {
     /// part is what a remote alone can make a peer hold (the 4 MiB reassembly budget,
     /// what progress may take beyond it, receive queues). Lower `max_queued_bytes`,
     /// `max_reassembly_bytes` and `max_packet_size` to serve many peers; a pending
-    /// handshake holds about 1.5 kB.
+    /// handshake holds about 0.6 kB.
     pub max_peers: usize,
     /// Most incoming connections still in their handshake. Each holds only its handshake
     /// state, and is kept until it completes or times out; beyond the limit a request is
@@ -236,6 +236,18 @@ pub struct HostConfig {
     pub challenge_above: usize,
     /// Whether remote hosts may connect to this one. Default: true.
     pub accept_incoming: bool,
+    /// Whether the application decides on each compatible incoming request: the host
+    /// reports it as [`Event::ConnectRequest`](crate::Event::ConnectRequest), with the
+    /// requester's connect data, and answers only once the application calls
+    /// [`Host::accept`](crate::Host::accept) or [`Host::reject`](crate::Host::reject).
+    /// A request awaiting the decision is a pending handshake (it counts against
+    /// `max_pending` and `max_peers`, and times out after the connect timeout). Default:
+    /// false (every compatible request is answered at once).
+    ///
+    /// With `porous-mio`, events pass through to the application and
+    /// `core_mut().accept(..)` decides; the async adapters do not offer the decision yet,
+    /// so leave this off there (their requests would time out unanswered).
+    pub manual_accept: bool,
     /// Settings of every connection. Default: [`PeerConfig::default()`].
     pub peer: PeerConfig,
     /// Where sequence numbers start. Default: [`SequenceStart::Random`].
@@ -249,6 +261,7 @@ impl Default for HostConfig {
             max_pending: 256,
             challenge_above: 64,
             accept_incoming: true,
+            manual_accept: false,
             peer: PeerConfig::default(),
             sequence_start: SequenceStart::Random,
         }

@@ -63,6 +63,32 @@ pub enum Event {
         peer: PeerId,
         /// Its address.
         remote: SocketAddr,
+        /// The connect data the remote sent with its request
+        /// ([`Host::connect_with`](crate::Host::connect_with)); empty if it sent none. A
+        /// listening host always gets it. Connect data travels only in requests, never in
+        /// replies, so the side that connected gets the other's only when both connected to
+        /// each other at once and one of the other's requests arrived first.
+        data: Bytes,
+    },
+    /// A remote host asks to connect, and the application decides
+    /// ([`HostConfig::manual_accept`](crate::HostConfig::manual_accept)): call
+    /// [`Host::accept`](crate::Host::accept) or [`Host::reject`](crate::Host::reject)
+    /// with `peer`. Until then the request holds only a pending handshake's state and
+    /// is left unanswered (the requester's retries make no further event); unanswered for
+    /// the connect timeout, it ends with `Disconnected { reason: Timeout }`.
+    ///
+    /// The request is not authenticated: until `Connected`, `remote` may be spoofed and
+    /// `data` is only what someone sent from there. Verify tickets before trusting them,
+    /// and set [`HostConfig::challenge_above`](crate::HostConfig::challenge_above) to 0
+    /// if every requester must first prove it receives at `remote`.
+    ConnectRequest {
+        /// The id the peer keeps if accepted.
+        peer: PeerId,
+        /// Its address (unproven).
+        remote: SocketAddr,
+        /// The connect data it sent ([`Host::connect_with`](crate::Host::connect_with)),
+        /// at most [`MAX_CONNECT_DATA`](crate::wire::MAX_CONNECT_DATA) bytes.
+        data: Bytes,
     },
     /// A packet arrived.
     Received {
@@ -97,8 +123,19 @@ pub enum DisconnectReason {
     /// sent were still unacknowledged when the connection ended (the flush took longer
     /// than the timeout, or the remote stopped answering): some may never have arrived.
     FlushTimeout,
-    /// The remote side disconnected.
-    Remote,
+    /// The remote side disconnected, with the code its application gave
+    /// ([`Host::disconnect_with`](crate::Host::disconnect_with); 0 from
+    /// [`Host::disconnect`](crate::Host::disconnect)).
+    Remote {
+        /// The remote application's code.
+        code: u32,
+    },
+    /// The remote host's application rejected the connection request
+    /// ([`Host::reject`](crate::Host::reject)), with its code.
+    Rejected {
+        /// The remote application's code.
+        code: u32,
+    },
     /// Nothing was heard from the remote side for the configured timeout (or the
     /// connection attempt took longer than the connect timeout).
     Timeout,
@@ -150,7 +187,9 @@ impl core::fmt::Display for DisconnectReason {
             Self::FlushTimeout => {
                 f.write_str("disconnected by this side before everything sent was acknowledged; some may be lost")
             }
-            Self::Remote => f.write_str("disconnected by the remote side"),
+            Self::Remote { code: 0 } => f.write_str("disconnected by the remote side"),
+            Self::Remote { code } => write!(f, "disconnected by the remote side (code {code})"),
+            Self::Rejected { code } => write!(f, "refused: the remote application rejected the request (code {code})"),
             Self::Timeout => f.write_str("timed out: nothing heard from the remote side"),
             Self::Incompatible(m) => write!(f, "incompatible: {m}"),
             Self::HostFull => f.write_str("refused: the remote host is full"),
@@ -231,6 +270,15 @@ pub enum ConnectError {
     HostFull,
     /// The address is unspecified or has port 0.
     InvalidAddress,
+    /// The connect data is longer than a request can carry.
+    DataTooLarge {
+        /// Its length.
+        size: usize,
+        /// The most this host can send: [`MAX_CONNECT_DATA`](crate::wire::MAX_CONNECT_DATA),
+        /// or less when the configured `mtu` leaves less room
+        /// ([`PeerConfig::max_connect_data`](crate::PeerConfig::max_connect_data)).
+        max: usize,
+    },
 }
 
 impl core::fmt::Display for ConnectError {
@@ -239,8 +287,35 @@ impl core::fmt::Display for ConnectError {
             Self::PeerExists(id) => write!(f, "a peer for this address exists already ({id})"),
             Self::HostFull => f.write_str("the host is full (max_peers)"),
             Self::InvalidAddress => f.write_str("cannot connect to an unspecified address or port 0"),
+            Self::DataTooLarge { size, max } => {
+                write!(f, "{size} bytes of connect data exceed the {max} a request can carry")
+            }
         }
     }
 }
 
 impl std::error::Error for ConnectError {}
+
+/// Why [`Host::accept`](crate::Host::accept) or [`Host::reject`](crate::Host::reject)
+/// did nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AdmissionError {
+    /// No such peer: never existed, or gone (a request left unanswered for the connect
+    /// timeout ends with `Disconnected { reason: Timeout }`).
+    UnknownPeer,
+    /// The peer is not awaiting a decision: it was decided already, or it did not come
+    /// from an [`Event::ConnectRequest`].
+    NotAwaiting,
+}
+
+impl core::fmt::Display for AdmissionError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::UnknownPeer => f.write_str("no such peer (its request may have timed out)"),
+            Self::NotAwaiting => f.write_str("the peer is not awaiting the application's decision"),
+        }
+    }
+}
+
+impl std::error::Error for AdmissionError {}

@@ -57,7 +57,9 @@ pub use config::{
     ChannelConfig, ConfigError, CongestionControl, DEFAULT_UNRELIABLE_DEADLINE, HostConfig, PeerConfig, Priority,
     SequenceStart,
 };
-pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit};
+pub use event::{
+    AdmissionError, ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit,
+};
 pub use host::Host;
 pub use peer_map::PeerMap;
 pub use stats::{CongestionMode, CongestionStats, HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};

@@ -32,6 +32,13 @@ impl PeerConfig {
         memory_bound(self)
     }
 
+    /// The most connect data ([`Host::connect_with`](crate::Host::connect_with)) this side
+    /// can send: [`MAX_CONNECT_DATA`](wire::MAX_CONNECT_DATA) (256 bytes), or less when
+    /// the `mtu` leaves a request less room (70 bytes at the smallest, 128).
+    pub fn max_connect_data(&self) -> usize {
+        self.mtu.saturating_sub(wire::REQUEST_OVERHEAD_MAX).min(wire::MAX_CONNECT_DATA)
+    }
+
     /// Checks every value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.channels.is_empty() || self.channels.len() > 255 {

@@ -6,12 +6,14 @@
 //! (at most `max_peers` distinct values), reused after the peer is gone, and its generation
 //! tells the peers that used one slot apart. [`PeerMap`] is that table.
 //!
-//! The pattern: insert when the host announces a peer ([`Event::Connected`]) and remove on its
+//! The pattern: insert when the host announces a peer ([`Event::Connected`], or
+//! [`Event::ConnectRequest`] under manual admission) and remove on its
 //! [`Event::Disconnected`], which the host queues exactly once for every id the
 //! application has learned. An id kept after that finds nothing, even once its slot holds
 //! a new peer.
 //!
 //! [`Event::Connected`]: crate::Event::Connected
+//! [`Event::ConnectRequest`]: crate::Event::ConnectRequest
 //! [`Event::Disconnected`]: crate::Event::Disconnected
 
 use crate::event::PeerId;

@@ -141,8 +141,8 @@ pub(super) fn ack_ranges(newest: u32, shape: &[(u8, u8)]) -> Vec<AckRange> {
 
 /// A valid datagram built from arbitrary input, with the references to decode it.
 #[derive(Debug)]
-pub enum ArbitraryDatagram {
-    Control(Control),
+pub enum ArbitraryDatagram<'a> {
+    Control(Control<'a>),
     Data {
         refs: Refs,
         frame: Option<u32>,
@@ -212,17 +212,21 @@ fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<
     Ok(OwnedMessage { kind, channel, id, dependency, fragment, payload })
 }
 
-impl<'a> Arbitrary<'a> for ArbitraryDatagram {
+impl<'a> Arbitrary<'a> for ArbitraryDatagram<'a> {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
         if u.ratio(1, 4)? {
             let c = match u.int_in_range(0..=7u8)? {
-                0 => Control::Request(arbitrary_request(u)?),
+                0 => {
+                    let request = arbitrary_request(u)?;
+                    let len = u.int_in_range(0..=wire::MAX_CONNECT_DATA)?;
+                    Control::Request { request, data: u.bytes(len.min(u.len()))? }
+                }
                 1 => Control::RequestAck(arbitrary_request(u)?),
                 2 => Control::Ack,
                 3 => Control::AckOther { acked: u.arbitrary()? },
                 4 => Control::Refuse(RefuseReason::arbitrary(u)?),
                 5 => Control::Challenge(Cookie(u.arbitrary()?)),
-                6 => Control::Disconnect,
+                6 => Control::Disconnect { code: u.arbitrary()? },
                 _ => Control::DisconnectAck,
             };
             return Ok(Self::Control(c));
@@ -288,7 +292,12 @@ pub fn roundtrip(data: &[u8]) -> usize {
             let key = Key::reply(7);
             let mut out = Vec::new();
             let n = c.encode(key, &mut out);
-            assert!(n <= wire::REQUEST_SIZE);
+            match c {
+                Control::Request { data, .. } => {
+                    assert!(n <= wire::REQUEST_SIZE.max(wire::REQUEST_OVERHEAD_MAX + data.len()));
+                }
+                _ => assert!(n <= wire::REQUEST_SIZE),
+            }
             assert_eq!(Control::decode(&out, key), Ok(c));
             1
         }

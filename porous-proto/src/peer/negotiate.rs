@@ -99,6 +99,7 @@ pub(crate) fn refused(cfg: &PeerConfig, r: RefuseReason) -> DisconnectReason {
             DisconnectReason::Incompatible(Mismatch::Mtu { local_min: min as usize, remote: cfg.mtu })
         }
         RefuseReason::HostFull => DisconnectReason::HostFull,
+        RefuseReason::Rejected(code) => DisconnectReason::Rejected { code },
         _ => DisconnectReason::NotAccepting,
     }
 }

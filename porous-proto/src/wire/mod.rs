@@ -19,7 +19,9 @@ mod data;
 mod message;
 
 pub use check::Key;
-pub use control::{COOKIE_LEN, ConnectRequest, Control, Cookie, REQUEST_SIZE, RefuseReason};
+pub use control::{
+    COOKIE_LEN, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, REQUEST_OVERHEAD_MAX, REQUEST_SIZE, RefuseReason,
+};
 pub use data::{
     AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_range_len, ack_section_len,
 };
@@ -27,7 +29,7 @@ pub use message::{Fragment, MAX_FRAGMENTS, MESSAGE_HEADER_MAX, Message, MessageK
 
 /// Version of this wire format. It keys every check, so datagrams of other versions are
 /// dropped as foreign.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 /// Length of the integrity check.
 pub const CHECK_LEN: usize = 4;
 /// The shortest valid datagram: a type byte and the check.
@@ -137,6 +139,10 @@ pub enum Field {
     Cookie,
     /// A refusal reason.
     RefuseReason,
+    /// A request's connect data.
+    ConnectData,
+    /// A disconnection's application code.
+    Code,
 }
 
 impl core::fmt::Display for Field {
