@@ -108,6 +108,7 @@ fn request() -> Control<'static> {
         bandwidth_in: 0,
         bandwidth_out: 0,
         cookie: None,
+        unordered: porous_proto::wire::ChannelSet::EMPTY,
     })
 }
 

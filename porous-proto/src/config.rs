@@ -83,6 +83,16 @@ pub struct ChannelConfig {
     /// instead of a resend timeout. Copies count in flight and are at most a quarter of the
     /// bytes sent; the receiver drops whichever arrives second. Default: true.
     pub repair: bool,
+    /// The channel delivers unordered: each packet exactly once, as soon as it is complete,
+    /// whatever arrived before it, so a lost packet delays no other (no head-of-line
+    /// blocking). For independent messages: chat lines, events, chunks of a download.
+    /// Such a channel carries reliable packets only ([`SendError::ModeNotAllowed`]
+    /// otherwise); `latest_only` and `unreliable_deadline` do not apply. Both sides must
+    /// agree, channel by channel: the handshake refuses a mismatch with
+    /// [`Mismatch::Unordered`](crate::Mismatch::Unordered). Default: false (ordered).
+    ///
+    /// [`SendError::ModeNotAllowed`]: crate::SendError::ModeNotAllowed
+    pub unordered: bool,
 }
 
 /// The default deadline of unreliable packets (see [`ChannelConfig::unreliable_deadline`]).
@@ -97,6 +107,7 @@ impl Default for ChannelConfig {
             unreliable_deadline: Some(DEFAULT_UNRELIABLE_DEADLINE),
             latest_only: false,
             repair: true,
+            unordered: false,
         }
     }
 }
@@ -105,6 +116,20 @@ impl ChannelConfig {
     /// A channel with the default queue limit and the given priority.
     pub fn with_priority(priority: Priority) -> Self {
         Self { priority, ..Self::default() }
+    }
+
+    /// An unordered channel of reliable packets, otherwise default (see
+    /// [`ChannelConfig::unordered`]).
+    ///
+    /// ```
+    /// use porous_proto::{ChannelConfig, HostConfig};
+    /// let mut config = HostConfig::default();
+    /// // Channel 3 carries chat lines: each arrives exactly once, none waits for another.
+    /// config.peer.channels[3] = ChannelConfig::unordered();
+    /// assert!(config.validate().is_ok());
+    /// ```
+    pub fn unordered() -> Self {
+        Self { unordered: true, ..Self::default() }
     }
 }
 

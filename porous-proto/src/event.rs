@@ -5,6 +5,11 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 
 /// How a packet is delivered (spec §2.4).
+///
+/// On an ordered channel (the default) every mode keeps order: nothing is delivered twice
+/// or after a later packet of its channel. An unordered channel
+/// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)) takes `Reliable` only
+/// and delivers each packet as soon as it is complete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum SendMode {
@@ -12,7 +17,24 @@ pub enum SendMode {
     Reliable,
     /// Sent once; delivered if it arrives in time, skipped otherwise.
     Unreliable,
-    /// Resent until acknowledged, but the channel does not stall for it.
+    /// Resent until acknowledged, but the channel does not stall for it: if a later packet
+    /// of the channel is delivered first, this one is skipped.
+    ///
+    /// Not "reliable without order" (that is an unordered channel): passive is for state
+    /// where each packet supersedes the ones before and the last must get through. While
+    /// a channel streams, newer packets overtake lost ones and passive delivers about what
+    /// unreliable does; when the stream stops, its last packet is resent until it arrives,
+    /// where an unreliable one could be lost for good.
+    ///
+    /// ```
+    /// # use porous_proto::{Host, HostConfig, SendMode, PeerId};
+    /// # fn door(host: &mut Host, peer: PeerId, open: bool) -> Result<(), porous_proto::SendError> {
+    /// // A door sends its state on every change. Opened, closed, opened in quick
+    /// // succession, the other side may see only the last "opened", but it will see it,
+    /// // and never a stale "closed" after it.
+    /// host.send(peer, 2, bytes::Bytes::from(vec![u8::from(open)]), SendMode::Passive)
+    /// # }
+    /// ```
     Passive,
 }
 
@@ -178,6 +200,17 @@ pub enum Mismatch {
         /// The remote side's.
         remote: usize,
     },
+    /// One side's channel delivers unordered and the other's does not
+    /// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)); the lowest such
+    /// channel.
+    Unordered {
+        /// The channel.
+        channel: usize,
+        /// Whether it is unordered on this side.
+        local: bool,
+        /// Whether it is unordered on the remote side.
+        remote: bool,
+    },
 }
 
 impl core::fmt::Display for DisconnectReason {
@@ -207,6 +240,10 @@ impl core::fmt::Display for Mismatch {
             Self::ChannelCount { local, remote } => write!(f, "{local} channels here, {remote} there"),
             Self::Mtu { local_min, remote } => {
                 write!(f, "datagram size {remote} there is below the minimum {local_min}")
+            }
+            Self::Unordered { channel, local, .. } => {
+                let (here, there) = if *local { ("unordered", "ordered") } else { ("ordered", "unordered") };
+                write!(f, "channel {channel} is {here} here, {there} there")
             }
         }
     }
@@ -240,6 +277,15 @@ pub enum SendError {
         /// The channel.
         channel: usize,
     },
+    /// The channel does not carry packets of this mode: an unordered channel
+    /// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)) carries reliable
+    /// packets only.
+    ModeNotAllowed {
+        /// The channel.
+        channel: usize,
+        /// The mode asked for.
+        mode: SendMode,
+    },
 }
 
 impl core::fmt::Display for SendError {
@@ -253,6 +299,9 @@ impl core::fmt::Display for SendError {
             Self::TooLarge { size, max } => write!(f, "packet of {size} bytes exceeds the limit of {max}"),
             Self::QueueFull { channel } => {
                 write!(f, "channel {channel}'s send queue is full; retry after the host has stepped")
+            }
+            Self::ModeNotAllowed { channel, mode } => {
+                write!(f, "channel {channel} is unordered and carries reliable packets only, not {mode:?} ones")
             }
         }
     }

@@ -4,7 +4,7 @@
 //! vocabulary, so every layer may read a configuration without importing this module,
 //! and this module imports the layers it measures (downward only).
 
-use crate::channel::{Channel, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, packet_cost};
+use crate::channel::{Channel, DELIVERED_WORDS, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, packet_cost};
 use crate::config::{ConfigError, HostConfig, PeerConfig};
 use crate::peer::Session;
 use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, WINDOW_ACK_SPACING};
@@ -16,8 +16,8 @@ impl PeerConfig {
     /// whatever the remote sends (the host fuzzer checks it after every step). It adds:
     ///
     /// - reassembly: `max_reassembly_bytes`, plus per channel three packets and a datagram
-    ///   that progress may take beyond it (`docs/protocol.md`, Memory), and the receive
-    ///   queues' slots;
+    ///   that progress may take beyond it (`docs/protocol.md`, Memory), the receive
+    ///   queues' slots, and per unordered channel a bitmap of one window (8 KiB);
     /// - sending: what the channels' `max_queued_bytes` allow, the queue slots for it, and
     ///   the record of frames in flight, which may span twice the messages those limits
     ///   allow (a frame the remote never acknowledges holds its place);
@@ -34,9 +34,11 @@ impl PeerConfig {
 
     /// The most connect data ([`Host::connect_with`](crate::Host::connect_with)) this side
     /// can send: [`MAX_CONNECT_DATA`](wire::MAX_CONNECT_DATA) (256 bytes), or less when
-    /// the `mtu` leaves a request less room (70 bytes at the smallest, 128).
+    /// the `mtu` leaves a request less room (70 bytes at the smallest, 128, less the
+    /// bitmap of unordered channels if there are any: one byte per 8 channels).
     pub fn max_connect_data(&self) -> usize {
-        self.mtu.saturating_sub(wire::REQUEST_OVERHEAD_MAX).min(wire::MAX_CONNECT_DATA)
+        let bitmap = crate::peer::unordered(self).wire_len(self.channels.len().min(255) as u8);
+        self.mtu.saturating_sub(wire::REQUEST_OVERHEAD_MAX + bitmap).min(wire::MAX_CONNECT_DATA)
     }
 
     /// Checks every value.
@@ -140,7 +142,11 @@ impl MemoryBound {
         // sentinel-only entries are not (at most N_Q / M per channel), nor the markers of
         // displaced passive packets (at most MAX_DISPLACED).
         let sentinels = channels * ((PACKET_WINDOW / WINDOW_ACK_SPACING) as usize + MAX_DISPLACED);
-        let receive = 2 * reassembly + 2 * sentinels * ENTRY_SIZE;
+        // An unordered channel's bitmap of ids delivered beyond its base: one window of
+        // bits, twice over for a growing queue's slack.
+        let unordered = cfg.channels.iter().filter(|c| c.unordered).count();
+        let bitmaps = unordered * 2 * DELIVERED_WORDS * size_of::<u64>();
+        let receive = 2 * reassembly + 2 * sentinels * ENTRY_SIZE + bitmaps;
         let send = 5 * queued + span_limit(cfg) * SPAN_COST;
         let fixed = size_of::<Session>() + channels * (size_of::<Channel>() + 2 * size_of::<usize>()) + FIXED_SLACK;
         Self { receive, send, fixed }

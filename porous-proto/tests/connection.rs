@@ -191,6 +191,45 @@ fn incompatible_parameters_are_refused_with_a_reason_and_allocate_nothing() {
 }
 
 #[test]
+fn unordered_channels_must_match_and_carry_reliable_packets_only() {
+    let unordered = |channels: &[usize]| {
+        let mut c = HostConfig::default();
+        for &i in channels {
+            c.peer.channels[i] = porous_proto::ChannelConfig::unordered();
+        }
+        c
+    };
+    // A mismatch is refused, naming the channel, on both sides; nothing is allocated.
+    let mut p = Pair::new(unordered(&[1]), unordered(&[1, 2]));
+    p.connect();
+    p.run_for(SEC);
+    assert_eq!(
+        disconnected(&p.events_a),
+        [DisconnectReason::Incompatible(Mismatch::Unordered { channel: 2, local: false, remote: true })]
+    );
+    assert_eq!(p.b.peers().count(), 0);
+    // The request grew by its bitmap of unordered channels, and no reply outgrew it.
+    let request = p.log.iter().find(|d| d.ty() == 0x80).unwrap().payload.len();
+    assert_eq!(request, 65);
+    assert!(p.log.iter().filter(|d| d.from == p.b_addr).all(|d| d.payload.len() <= request));
+    // Matching sets connect; the unordered channel refuses other modes.
+    let mut p = Pair::new(unordered(&[1, 2]), unordered(&[1, 2]));
+    let (pa, pb) = p.establish();
+    assert_eq!(
+        p.a.send(pa, 2, Bytes::from_static(b"x"), SendMode::Unreliable),
+        Err(SendError::ModeNotAllowed { channel: 2, mode: SendMode::Unreliable })
+    );
+    assert!(matches!(p.a.send(pa, 1, Bytes::new(), SendMode::Passive), Err(SendError::ModeNotAllowed { .. })));
+    for i in 0..10 {
+        p.a.send(pa, 2, payload(2, i, 50 + 700 * i), SendMode::Reliable).unwrap();
+        p.b.send(pb, 0, payload(0, i, 10), SendMode::Unreliable).unwrap();
+    }
+    p.run_for(SEC);
+    assert_eq!(received(&p.events_b, 4)[2].len(), 10);
+    assert_eq!(received(&p.events_a, 4)[0].len(), 10, "the ordered channels are unchanged");
+}
+
+#[test]
 fn hosts_that_refuse_or_are_full_say_so() {
     let mut b = HostConfig::default();
     b.accept_incoming = false;

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use porous_proto::wire::{
-    AckRange, ConnectRequest, Control, Data, DataHeader, DataWriter, Expand, Fragment, Key, Message, MessageKind,
+    AckRange, ChannelSet, ConnectRequest, Control, Data, DataHeader, DataWriter, Expand, Fragment, Key, Message,
+    MessageKind,
 };
 use porous_proto::{DisconnectReason, Event, Host, HostConfig, PeerState, SendMode, Transmit};
 use rand_pcg::Pcg32;
@@ -45,6 +46,7 @@ fn request(nonce: u32) -> ConnectRequest {
         bandwidth_in: 0,
         bandwidth_out: 0,
         cookie: None,
+        unordered: ChannelSet::EMPTY,
     }
 }
 
@@ -801,4 +803,92 @@ fn oversized_connect_data_is_dropped_unanswered_and_allocates_nothing() {
         host.handle_datagram(t0, addr(8, 8, 9), &request_with(3, &vec![3; max]));
         assert_eq!(host.stats().pending, 1);
     }
+}
+
+/// An unordered channel under a hostile sender: packets that never complete the window's
+/// base, first fragments newest first (each would be the oldest held), and modes the
+/// channel does not carry. Memory stays within the bound (`PeerConfig::memory_limit`:
+/// the reassembly cap plus a few packets, and one window's bitmap of delivered ids), and
+/// nothing is delivered twice or held up behind a missing packet.
+#[test]
+fn an_unordered_channel_stays_within_its_bounds_whatever_a_hostile_sender_numbers() {
+    let t0 = Instant::now();
+    let cap = 256 * 1024;
+    let max_packet: usize = 64 * 1024;
+    let chunk = porous_proto::wire::fragment_payload(1200);
+    let count = max_packet.div_ceil(chunk) as u32;
+    let mut config = HostConfig::default();
+    config.peer.channels[0] = porous_proto::ChannelConfig::unordered();
+    config.peer.max_reassembly_bytes = cap;
+    config.peer.max_packet_size = max_packet;
+    let limit = config.peer.memory_limit();
+    let req = ConnectRequest { unordered: [0].into_iter().collect(), ..request(71) };
+    let whole = |id: u32| Message { channel: 0, ..fragment(id, SendMode::Reliable, 0, 1, b"w") };
+
+    // 65,535 whole packets, every id of the window but its base: all delivered at once,
+    // none held, the bitmap of what was delivered at most a window's worth.
+    let mut host = server(config.clone());
+    let client = addr(12, 0, 1);
+    let mut hostile = Hostile::connect(&mut host, t0, client, req);
+    let peer = host.peer_by_addr(client).unwrap();
+    while host.poll_event().is_some() {}
+    let mut delivered = 0;
+    let mut worst = 0;
+    for batch in (1..65_536u32).collect::<Vec<_>>().chunks(150) {
+        let msgs: Vec<Message<'_>> = batch.iter().map(|&id| whole(id)).collect();
+        let f = hostile.frame(&msgs, &[], None);
+        host.handle_datagram(t0, client, &f);
+        delivered += std::iter::from_fn(|| host.poll_event()).filter(|e| matches!(e, Event::Received { .. })).count();
+        worst = worst.max(host.memory_usage().peers);
+    }
+    assert_eq!(delivered, 65_535, "nothing waited for the missing base");
+    assert_eq!(host.peer_stats(peer).unwrap().reassembly_bytes, 0);
+    eprintln!("65,535 packets delivered around a missing one: peer memory peaked at {worst} bytes (bound {limit})");
+    assert!(worst <= limit);
+    // The base arrives; resends and replays of anything delivered deliver nothing.
+    let f = hostile.frame(&[whole(0)], &[], None);
+    host.handle_datagram(t0, client, &f);
+    let replay: Vec<Message<'_>> = [0, 1, 777, 65_535].into_iter().map(whole).collect();
+    let f = hostile.frame(&replay, &[], None);
+    host.handle_datagram(t0, client, &f);
+    let again = std::iter::from_fn(|| host.poll_event()).filter(|e| matches!(e, Event::Received { .. })).count();
+    assert_eq!(again, 1, "only the base was new");
+
+    // First fragments of the largest packets, newest first: each is the oldest held when
+    // it arrives, but only the window's base may pass the cap.
+    let mut host = server(config.clone());
+    let client = addr(12, 0, 2);
+    let mut hostile = Hostile::connect(&mut host, t0, client, req);
+    let peer = host.peer_by_addr(client).unwrap();
+    let payload = vec![5u8; chunk];
+    let bound = cap + 4 * (3 * (count as usize * chunk + 200) + 1300);
+    let mut worst = 0;
+    for round in 0..1500u32 {
+        let f = hostile.frame(
+            &[Message { channel: 0, ..fragment(30_000 - round, SendMode::Reliable, 0, count, &payload) }],
+            &[],
+            None,
+        );
+        host.handle_datagram(t0 + round * MS, client, &f);
+        worst = worst.max(host.peer_stats(peer).unwrap().reassembly_bytes);
+    }
+    eprintln!("unordered, newest first: reassembly peaked at {worst} bytes (bound {bound})");
+    assert!(worst <= bound);
+
+    // Unreliable and passive packets on the unordered channel are violations: counted,
+    // neither stored nor delivered.
+    let mut host = server(config);
+    let client = addr(12, 0, 3);
+    let mut hostile = Hostile::connect(&mut host, t0, client, req);
+    let peer = host.peer_by_addr(client).unwrap();
+    while host.poll_event().is_some() {}
+    let msgs = [
+        Message { channel: 0, ..fragment(0, SendMode::Unreliable, 0, 1, b"u") },
+        Message { channel: 0, ..fragment(1, SendMode::Passive, 0, 2, &payload) },
+    ];
+    let f = hostile.frame(&msgs, &[], None);
+    host.handle_datagram(t0, client, &f);
+    let s = host.peer_stats(peer).unwrap();
+    assert!(host.poll_event().is_none());
+    assert_eq!((s.protocol_violations, s.reassembly_bytes), (2, 0));
 }

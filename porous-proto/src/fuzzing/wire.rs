@@ -5,8 +5,8 @@ use arbitrary::{Arbitrary, Unstructured};
 
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 use crate::wire::{
-    self, AckRange, COOKIE_LEN, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, Expand, Fragment, Key,
-    MAX_ACK_RANGES, MAX_FRAGMENTS, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
+    self, AckRange, COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, Expand,
+    Fragment, Key, MAX_ACK_RANGES, MAX_FRAGMENTS, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
 };
 
 /// Expansion references a receiver might hold.
@@ -188,7 +188,23 @@ pub(super) fn arbitrary_request(u: &mut Unstructured<'_>) -> arbitrary::Result<C
         bandwidth_in: u.arbitrary()?,
         bandwidth_out: u.arbitrary()?,
         cookie: u.arbitrary::<Option<[u8; COOKIE_LEN]>>()?.map(Cookie),
+        // Drawn by the wire targets only (`arbitrary_request_with_unordered`), so host scripts
+        // read as before.
+        unordered: ChannelSet::EMPTY,
     })
+}
+
+/// An arbitrary request with an arbitrary set of unordered channels among its own.
+fn arbitrary_request_with_unordered(u: &mut Unstructured<'_>) -> arbitrary::Result<ConnectRequest> {
+    let mut request = arbitrary_request(u)?;
+    if u.arbitrary()? {
+        for c in 0..request.channels {
+            if u.ratio(1, 4)? {
+                request.unordered.insert(c);
+            }
+        }
+    }
+    Ok(request)
 }
 
 fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<OwnedMessage> {
@@ -217,11 +233,11 @@ impl<'a> Arbitrary<'a> for ArbitraryDatagram<'a> {
         if u.ratio(1, 4)? {
             let c = match u.int_in_range(0..=7u8)? {
                 0 => {
-                    let request = arbitrary_request(u)?;
+                    let request = arbitrary_request_with_unordered(u)?;
                     let len = u.int_in_range(0..=wire::MAX_CONNECT_DATA)?;
                     Control::Request { request, data: u.bytes(len.min(u.len()))? }
                 }
-                1 => Control::RequestAck(arbitrary_request(u)?),
+                1 => Control::RequestAck(arbitrary_request_with_unordered(u)?),
                 2 => Control::Ack,
                 3 => Control::AckOther { acked: u.arbitrary()? },
                 4 => Control::Refuse(RefuseReason::arbitrary(u)?),
@@ -293,9 +309,12 @@ pub fn roundtrip(data: &[u8]) -> usize {
             let mut out = Vec::new();
             let n = c.encode(key, &mut out);
             match c {
-                Control::Request { data, .. } => {
-                    assert!(n <= wire::REQUEST_SIZE.max(wire::REQUEST_OVERHEAD_MAX + data.len()));
+                Control::Request { request: r, data } => {
+                    let bitmap = r.unordered.wire_len(r.channels);
+                    assert!(n <= wire::REQUEST_SIZE.max(wire::REQUEST_OVERHEAD_MAX + data.len()) + bitmap);
                 }
+                // A reply is as large as the request it answers, less connect data.
+                Control::RequestAck(r) => assert_eq!(n, wire::REQUEST_SIZE + r.unordered.wire_len(r.channels)),
                 _ => assert!(n <= wire::REQUEST_SIZE),
             }
             assert_eq!(Control::decode(&out, key), Ok(c));

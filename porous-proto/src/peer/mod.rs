@@ -53,7 +53,7 @@ use bytes::Bytes;
 use crate::event::{DisconnectReason, Event, PeerId, SendError, SendMode};
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, RefuseReason};
-pub(crate) use negotiate::{Params, negotiate, refusal, request};
+pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
 pub(crate) use session::Session;
 use session::{FrameMessages, InitialWindows};

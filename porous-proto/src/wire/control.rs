@@ -24,9 +24,16 @@
 //! ```text
 //! nonce u32 | frame_base u32 | packet_base u24 | app_version u32 | channels u8
 //! | mtu varint | max_packet varint | bandwidth_in varint | bandwidth_out varint
-//! | flags u8 (bit 0: cookie follows; bit 1: connect data follows, 0x80 only; others zero)
-//! | [cookie 16 bytes] | [data_len varint 1..=256 | data] | zero padding
+//! | flags u8 (bit 0: cookie follows; bit 1: connect data follows, 0x80 only;
+//!            bit 2: unordered channels follow; others zero)
+//! | [cookie 16 bytes] | [data_len varint 1..=256 | data]
+//! | [unordered: ceil(channels / 8) bytes, bit i of byte i / 8 for channel 8 (i / 8) + i % 8]
+//! | zero padding
 //! ```
+//!
+//! A request with the unordered bitmap is padded to [`REQUEST_SIZE`] plus the bitmap's
+//! length, which a reply carries too (it is sent only when both sides' bitmaps are equal),
+//! so a reply still never outgrows the request it answers.
 //!
 //! [`Key::version`]: super::Key::version
 //! [`Key::reply`]: super::Key::reply
@@ -44,10 +51,67 @@ pub const REQUEST_SIZE: usize = 64;
 pub const COOKIE_LEN: usize = 16;
 /// Most bytes of connect data a request may carry (see [`Control::Request`]).
 pub const MAX_CONNECT_DATA: usize = 256;
-/// Most bytes of a request that are not connect data: type, the widest encoding of every
-/// field, a cookie, the data's length and the check. A request with `n` bytes of data is
-/// at most `max(REQUEST_SIZE, REQUEST_OVERHEAD_MAX + n)` bytes long.
+/// Most bytes of a request that are neither connect data nor the unordered channels'
+/// bitmap: type, the widest encoding of every field, a cookie, the data's length and the
+/// check. A request with `n` bytes of data and a bitmap of `b` bytes is at most
+/// `max(REQUEST_SIZE, REQUEST_OVERHEAD_MAX + n) + b` bytes long.
 pub const REQUEST_OVERHEAD_MAX: usize = 1 + 4 + 4 + 3 + 4 + 1 + 3 + 5 + 5 + 5 + 1 + COOKIE_LEN + 2 + CHECK_LEN;
+/// Longest bitmap of unordered channels: one bit for each of 255 channels.
+pub const UNORDERED_MAX: usize = 32;
+/// Longest request: [`REQUEST_OVERHEAD_MAX`], the most connect data and the longest
+/// bitmap.
+pub const MAX_REQUEST: usize = REQUEST_OVERHEAD_MAX + MAX_CONNECT_DATA + UNORDERED_MAX;
+
+/// A set of channels (0 to 255): in a request, the channels that deliver unordered. Both
+/// sides of a connection must name the same ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChannelSet([u64; 4]);
+
+impl ChannelSet {
+    /// No channel.
+    pub const EMPTY: Self = Self([0; 4]);
+
+    /// Whether `channel` is in the set.
+    pub fn contains(&self, channel: u8) -> bool {
+        self.0.get(usize::from(channel / 64)).is_some_and(|w| w & (1 << (channel % 64)) != 0)
+    }
+
+    /// Adds `channel`.
+    pub fn insert(&mut self, channel: u8) {
+        if let Some(w) = self.0.get_mut(usize::from(channel / 64)) {
+            *w |= 1 << (channel % 64);
+        }
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 4]
+    }
+
+    /// The lowest channel in one set and not the other.
+    pub fn first_difference(&self, other: &Self) -> Option<u8> {
+        self.0.iter().zip(other.0).enumerate().find_map(|(i, (a, b))| {
+            let d = a ^ b;
+            (d != 0).then(|| (i * 64) as u8 + d.trailing_zeros() as u8)
+        })
+    }
+
+    /// Bytes of the bitmap a request of `channels` channels carries for this set: none when
+    /// it is empty.
+    pub fn wire_len(&self, channels: u8) -> usize {
+        if self.is_empty() { 0 } else { usize::from(channels).div_ceil(8) }
+    }
+}
+
+impl FromIterator<u8> for ChannelSet {
+    fn from_iter<I: IntoIterator<Item = u8>>(iter: I) -> Self {
+        let mut s = Self::EMPTY;
+        for c in iter {
+            s.insert(c);
+        }
+        s
+    }
+}
 
 /// An opaque token a host under load hands a requester to echo (see `docs/security.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,6 +141,8 @@ pub struct ConnectRequest {
     pub bandwidth_out: u32,
     /// A cookie echoed from a challenge.
     pub cookie: Option<Cookie>,
+    /// The channels that deliver unordered (all below `channels`); both sides must agree.
+    pub unordered: ChannelSet,
 }
 
 /// Why a host refused a connection request.
@@ -96,6 +162,9 @@ pub enum RefuseReason {
     NotAccepting,
     /// The refusing host's application rejected the request, with its code.
     Rejected(u32),
+    /// The two sides disagree on whether this channel delivers unordered (the lowest such
+    /// channel).
+    Unordered(u8),
 }
 
 /// A decoded control datagram. Its connect data, if any, borrows from the datagram.
@@ -200,6 +269,10 @@ impl<'a> Control<'a> {
                     return Err(DecodeError::Unpadded { len: datagram.len() });
                 }
                 let (request, data) = read_request(&mut r, ty == T_REQUEST)?;
+                let padded = REQUEST_SIZE + request.unordered.wire_len(request.channels);
+                if datagram.len() < padded {
+                    return Err(DecodeError::Unpadded { len: datagram.len() });
+                }
                 if r.rest().iter().any(|&b| b != 0) {
                     return Err(DecodeError::NonZeroPadding);
                 }
@@ -229,11 +302,12 @@ impl<'a> Control<'a> {
 }
 
 /// Writes a request body with `data` and pads the datagram (which began at `start`) to
-/// [`REQUEST_SIZE`] with its check.
+/// [`REQUEST_SIZE`] and the unordered bitmap, less its check.
 fn put_padded_request<B: BufMut + AsRef<[u8]>>(out: &mut B, start: usize, r: &ConnectRequest, data: &[u8]) {
     put_request(out, r, data);
     let written = out.as_ref().len() - start;
-    out.put_bytes(0, (REQUEST_SIZE - CHECK_LEN).saturating_sub(written));
+    let padded = REQUEST_SIZE + r.unordered.wire_len(r.channels);
+    out.put_bytes(0, (padded - CHECK_LEN).saturating_sub(written));
 }
 
 fn put_request<B: BufMut>(out: &mut B, r: &ConnectRequest, data: &[u8]) {
@@ -246,7 +320,8 @@ fn put_request<B: BufMut>(out: &mut B, r: &ConnectRequest, data: &[u8]) {
     put_varint(out, r.max_packet);
     put_varint(out, r.bandwidth_in);
     put_varint(out, r.bandwidth_out);
-    out.put_u8(u8::from(r.cookie.is_some()) | u8::from(!data.is_empty()) << 1);
+    let unordered = r.unordered.wire_len(r.channels);
+    out.put_u8(u8::from(r.cookie.is_some()) | u8::from(!data.is_empty()) << 1 | u8::from(unordered > 0) << 2);
     if let Some(c) = r.cookie {
         out.put_slice(&c.0);
     }
@@ -254,11 +329,17 @@ fn put_request<B: BufMut>(out: &mut B, r: &ConnectRequest, data: &[u8]) {
         put_varint(out, data.len().min(u32::MAX as usize) as u32);
         out.put_slice(data);
     }
+    for byte in 0..unordered {
+        let bits = (0..8u8).filter(|b| r.unordered.contains((byte * 8) as u8 + b)).fold(0u8, |v, b| v | 1 << b);
+        out.put_u8(bits);
+    }
 }
 
-/// Request flags: a cookie follows; connect data follows (requests only, not replies).
+/// Request flags: a cookie follows; connect data follows (requests only, not replies); the
+/// unordered channels' bitmap follows.
 const FLAG_COOKIE: u8 = 1;
 const FLAG_DATA: u8 = 2;
+const FLAG_UNORDERED: u8 = 4;
 
 /// Reads a request body; connect data is allowed only `with_data` (a `0x80` request).
 fn read_request<'a>(r: &mut Reader<'a>, with_data: bool) -> Result<(ConnectRequest, &'a [u8]), DecodeError> {
@@ -281,7 +362,7 @@ fn read_request<'a>(r: &mut Reader<'a>, with_data: bool) -> Result<(ConnectReque
     let bandwidth_in = r.varint(Field::Bandwidth)?;
     let bandwidth_out = r.varint(Field::Bandwidth)?;
     let flags = r.u8(Field::Flags)?;
-    let allowed = if with_data { FLAG_COOKIE | FLAG_DATA } else { FLAG_COOKIE };
+    let allowed = if with_data { FLAG_COOKIE | FLAG_DATA | FLAG_UNORDERED } else { FLAG_COOKIE | FLAG_UNORDERED };
     if flags & !allowed != 0 {
         return Err(DecodeError::ReservedBits(Field::Flags));
     }
@@ -300,6 +381,23 @@ fn read_request<'a>(r: &mut Reader<'a>, with_data: bool) -> Result<(ConnectReque
         }
         data = r.bytes(len, Field::ConnectData)?;
     }
+    let mut unordered = ChannelSet::EMPTY;
+    if flags & FLAG_UNORDERED != 0 {
+        let bitmap = r.bytes(usize::from(channels).div_ceil(8), Field::Unordered)?;
+        for (byte, &bits) in bitmap.iter().enumerate() {
+            for b in (0..8u8).filter(|b| bits & 1 << b != 0) {
+                let channel = byte * 8 + usize::from(b);
+                // Only existing channels, and a bitmap only when some channel is named.
+                if channel >= usize::from(channels) {
+                    return Err(DecodeError::OutOfRange(Field::Unordered));
+                }
+                unordered.insert(channel as u8);
+            }
+        }
+        if unordered.is_empty() {
+            return Err(DecodeError::OutOfRange(Field::Unordered));
+        }
+    }
     let request = ConnectRequest {
         nonce,
         frame_base,
@@ -311,6 +409,7 @@ fn read_request<'a>(r: &mut Reader<'a>, with_data: bool) -> Result<(ConnectReque
         bandwidth_in,
         bandwidth_out,
         cookie,
+        unordered,
     };
     Ok((request, data))
 }
@@ -323,6 +422,7 @@ fn refuse_code(reason: RefuseReason) -> (u8, u32) {
         RefuseReason::HostFull => (4, 0),
         RefuseReason::NotAccepting => (5, 0),
         RefuseReason::Rejected(code) => (6, code),
+        RefuseReason::Unordered(channel) => (7, u32::from(channel)),
     }
 }
 
@@ -335,6 +435,7 @@ fn refuse_from_code(code: u8, detail: u32) -> Result<RefuseReason, DecodeError> 
         4 if detail == 0 => RefuseReason::HostFull,
         5 if detail == 0 => RefuseReason::NotAccepting,
         6 => RefuseReason::Rejected(detail),
+        7 => RefuseReason::Unordered(u8::try_from(detail).map_err(|_| bad)?),
         _ => return Err(bad),
     })
 }
@@ -355,6 +456,7 @@ mod tests {
             bandwidth_in: 0,
             bandwidth_out: u32::MAX,
             cookie: Some(Cookie([0xAB; COOKIE_LEN])),
+            unordered: ChannelSet::EMPTY,
         }
     }
 
@@ -363,7 +465,14 @@ mod tests {
     fn all() -> Vec<Control<'static>> {
         let req = sample_request();
         let plain = ConnectRequest { cookie: None, ..req };
+        // Unordered channels: a few of four, and every one of the most there can be.
+        let some = ConnectRequest { unordered: [1, 3].into_iter().collect(), ..req };
+        let most = ConnectRequest { channels: 255, unordered: (0..255).collect(), ..req };
         vec![
+            Control::request(some),
+            Control::RequestAck(some),
+            Control::Request { request: most, data: &[9; MAX_CONNECT_DATA] },
+            Control::RequestAck(most),
             Control::request(req),
             Control::request(plain),
             Control::Request { request: req, data: TICKET },
@@ -378,6 +487,8 @@ mod tests {
             Control::Refuse(RefuseReason::NotAccepting),
             Control::Refuse(RefuseReason::Rejected(0)),
             Control::Refuse(RefuseReason::Rejected(u32::MAX)),
+            Control::Refuse(RefuseReason::Unordered(0)),
+            Control::Refuse(RefuseReason::Unordered(254)),
             Control::Challenge(Cookie([3; COOKIE_LEN])),
             Control::Disconnect { code: 0 },
             Control::Disconnect { code: u32::MAX },
@@ -394,15 +505,17 @@ mod tests {
             assert_eq!(n, out.len());
             assert_eq!(Control::decode(&out, key), Ok(c));
             match c {
-                Control::Request { data, .. } => {
-                    assert_eq!(n, REQUEST_SIZE.max(n));
-                    let most = REQUEST_SIZE.max(REQUEST_OVERHEAD_MAX + data.len());
-                    assert!(n <= most, "{n} bytes with {} of data", data.len());
+                Control::Request { request, data } => {
+                    let bitmap = request.unordered.wire_len(request.channels);
+                    let most = REQUEST_SIZE.max(REQUEST_OVERHEAD_MAX + data.len()) + bitmap;
+                    assert!(n <= most && n <= MAX_REQUEST, "{n} bytes with {} of data", data.len());
                     if data.is_empty() {
-                        assert_eq!(n, REQUEST_SIZE);
+                        assert_eq!(n, REQUEST_SIZE + bitmap);
                     }
                 }
-                Control::RequestAck(_) => assert_eq!(n, REQUEST_SIZE),
+                // A reply to a request with the same channels is exactly as large as the
+                // request without connect data: never larger than the request itself.
+                Control::RequestAck(r) => assert_eq!(n, REQUEST_SIZE + r.unordered.wire_len(r.channels)),
                 _ => assert!(n <= REQUEST_SIZE, "{c:?} is {n} bytes"),
             }
         }
@@ -459,7 +572,7 @@ mod tests {
         let mut b = vec![0x80];
         put_request(&mut b, &ConnectRequest { mtu: 1200, ..r }, &[]);
         let flags_at = b.len() - 1;
-        b[flags_at] = 4;
+        b[flags_at] = 8;
         b.resize(REQUEST_SIZE - CHECK_LEN, 0);
         assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::ReservedBits(Field::Flags)));
         // Connect data: only in a request, never in a reply (the flag is reserved there),
@@ -485,6 +598,23 @@ mod tests {
         put_request(&mut b, &r, &[1; 100]);
         b.truncate(b.len() - 1);
         assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::Truncated(Field::ConnectData)));
+        // The unordered bitmap: only existing channels, never empty, and the request padded
+        // past it.
+        let four = ConnectRequest { channels: 4, unordered: [2].into_iter().collect(), ..r };
+        let mut good = vec![T_REQUEST];
+        put_request(&mut good, &four, &[]);
+        let bitmap_at = good.len() - 1;
+        assert_eq!(good[bitmap_at], 0b100);
+        good.resize(REQUEST_SIZE + 1 - CHECK_LEN, 0);
+        assert_eq!(Control::decode(&sealed(&good, k), k), Ok(Control::request(four)));
+        for bits in [0b1_0000, 0] {
+            let mut b = good.clone();
+            b[bitmap_at] = bits;
+            assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::OutOfRange(Field::Unordered)));
+        }
+        let mut b = good.clone();
+        b.truncate(REQUEST_SIZE - CHECK_LEN);
+        assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::Unpadded { len: REQUEST_SIZE }));
         // Trailing bytes, unknown refusal, truncated fields.
         let rk = Key::reply(9);
         assert_eq!(Control::decode(&sealed(&[T_ACK, 0], rk), rk), Err(DecodeError::TrailingBytes));

@@ -20,7 +20,8 @@ mod message;
 
 pub use check::Key;
 pub use control::{
-    COOKIE_LEN, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, REQUEST_OVERHEAD_MAX, REQUEST_SIZE, RefuseReason,
+    COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, MAX_REQUEST, REQUEST_OVERHEAD_MAX,
+    REQUEST_SIZE, RefuseReason, UNORDERED_MAX,
 };
 pub use data::{
     AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_range_len, ack_section_len,
@@ -143,6 +144,8 @@ pub enum Field {
     ConnectData,
     /// A disconnection's application code.
     Code,
+    /// A request's bitmap of unordered channels.
+    Unordered,
 }
 
 impl core::fmt::Display for Field {
