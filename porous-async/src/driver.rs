@@ -318,7 +318,7 @@ impl Routes {
 
     fn dispatch(&mut self, core: &mut porous_proto::Host, event: Event) {
         match event {
-            Event::Connected { peer, remote } => {
+            Event::Connected { peer, remote, .. } => {
                 let (inbox, parts) = Inbox::new(peer, remote);
                 let handed_over = match self.connecting.remove(&peer) {
                     // Fails if the `connect` future was dropped.

@@ -58,7 +58,7 @@ fn server(mut host: Host, out: &mut dyn Write, running: &dyn Fn() -> bool) -> st
     while running() {
         let Some(event) = host.service(Duration::from_millis(20))? else { continue };
         let announce = match event {
-            Event::Connected { peer, remote } => {
+            Event::Connected { peer, remote, .. } => {
                 writeln!(out, "{remote} connected as {peer}")?;
                 None
             }

@@ -388,9 +388,9 @@ fn classify(r: &Report) -> Verdict {
     let missing: u64 = r.streams.iter().flatten().map(Stream::missing).sum();
     let refused: u64 = r.streams.iter().flatten().map(|s| s.refused).sum();
     let clean = r.ended.get("client") == Some(&DisconnectReason::Local)
-        && r.ended.get("server") == Some(&DisconnectReason::Remote);
+        && r.ended.get("server") == Some(&DisconnectReason::Remote { code: 0 });
     if let Some((side, reason)) =
-        r.ended.iter().find(|(_, reason)| !matches!(reason, DisconnectReason::Local | DisconnectReason::Remote))
+        r.ended.iter().find(|(_, reason)| !matches!(reason, DisconnectReason::Local | DisconnectReason::Remote { .. }))
     {
         return Verdict::Incomplete(format!(
             "the connection ended early on the {side}'s side ({reason}) with {missing} reliable packets in flight"
@@ -564,7 +564,7 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
             break;
         }
         // Either side ended for a reason of its own: the other will time out, don't wait.
-        if report.ended.values().any(|r| !matches!(r, DisconnectReason::Local | DisconnectReason::Remote)) {
+        if report.ended.values().any(|r| !matches!(r, DisconnectReason::Local | DisconnectReason::Remote { .. })) {
             break;
         }
         let timeout = [server.timeout(), client.timeout(), relay.timeout(), Some(Duration::from_millis(5))]
@@ -730,7 +730,10 @@ mod tests {
         Report {
             streams: [modes.map(Stream::new), modes.map(Stream::new)],
             connected: true,
-            ended: BTreeMap::from([("client", DisconnectReason::Local), ("server", DisconnectReason::Remote)]),
+            ended: BTreeMap::from([
+                ("client", DisconnectReason::Local),
+                ("server", DisconnectReason::Remote { code: 0 }),
+            ]),
             gave_up: false,
             notes: Vec::new(),
         }

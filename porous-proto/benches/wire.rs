@@ -96,8 +96,8 @@ fn decode_acks(datagram: &[u8]) -> u32 {
     d.acks().map(|r| black_box(r).last).fold(0, u32::wrapping_add)
 }
 
-fn request() -> Control {
-    Control::Request(ConnectRequest {
+fn request() -> Control<'static> {
+    Control::request(ConnectRequest {
         nonce: 0x1234_5678,
         frame_base: 0xDEAD_BEEF,
         packet_base: 0x12_3456,
@@ -108,6 +108,7 @@ fn request() -> Control {
         bandwidth_in: 0,
         bandwidth_out: 0,
         cookie: None,
+        unordered: porous_proto::wire::ChannelSet::EMPTY,
     })
 }
 

@@ -54,17 +54,18 @@ pub enum CongestionControl {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ChannelConfig {
-    /// Priority of the channel's messages in the transfer layer's send queues.
+    /// Priority of the channel's messages in the transfer layer's send queues. Default:
+    /// [`Priority::High`].
     pub priority: Priority,
     /// Most bytes the channel may hold on the sending side (waiting, queued or in flight),
     /// counting each message's payload and its place in a queue (about 64 bytes, so even
     /// empty packets are bounded). Beyond it reliable and passive sends fail with
     /// [`SendError::QueueFull`](crate::SendError::QueueFull) and older unreliable packets
-    /// are dropped. Default: 4 MiB.
+    /// are dropped. Bytes; default: 4 MiB (4,194,304).
     pub max_queued_bytes: usize,
     /// The channel's share of its priority when several channels have data to send: each
     /// turn of the round robin it may send `weight` datagrams' worth of bytes. 1 to 255;
-    /// default 1 (channels of one priority share equally, by bytes).
+    /// default: 1 (channels of one priority share equally, by bytes).
     pub weight: u32,
     /// How long an unreliable packet may wait in the send queue: one not sent by then is
     /// dropped (counted in [`TransferStats::unreliable_expired`](crate::TransferStats)),
@@ -85,6 +86,16 @@ pub struct ChannelConfig {
     /// instead of a resend timeout. Copies count in flight and are at most a quarter of the
     /// bytes sent; the receiver drops whichever arrives second. Default: true.
     pub repair: bool,
+    /// The channel delivers unordered: each packet exactly once, as soon as it is complete,
+    /// whatever arrived before it, so a lost packet delays no other (no head-of-line
+    /// blocking). For independent messages: chat lines, events, chunks of a download.
+    /// Such a channel carries reliable packets only ([`SendError::ModeNotAllowed`]
+    /// otherwise); `latest_only` and `unreliable_deadline` do not apply. Both sides must
+    /// agree, channel by channel: the handshake refuses a mismatch with
+    /// [`Mismatch::Unordered`](crate::Mismatch::Unordered). Default: false (ordered).
+    ///
+    /// [`SendError::ModeNotAllowed`]: crate::SendError::ModeNotAllowed
+    pub unordered: bool,
 }
 
 /// The default deadline of unreliable packets (see [`ChannelConfig::unreliable_deadline`]).
@@ -99,6 +110,7 @@ impl Default for ChannelConfig {
             unreliable_deadline: Some(DEFAULT_UNRELIABLE_DEADLINE),
             latest_only: false,
             repair: true,
+            unordered: false,
         }
     }
 }
@@ -108,49 +120,74 @@ impl ChannelConfig {
     pub fn with_priority(priority: Priority) -> Self {
         Self { priority, ..Self::default() }
     }
+
+    /// An unordered channel of reliable packets, otherwise default (see
+    /// [`ChannelConfig::unordered`]).
+    ///
+    /// ```
+    /// use porous_proto::{ChannelConfig, HostConfig};
+    /// let mut config = HostConfig::default();
+    /// // Channel 3 carries chat lines: each arrives exactly once, none waits for another.
+    /// config.peer.channels[3] = ChannelConfig::unordered();
+    /// assert!(config.validate().is_ok());
+    /// ```
+    pub fn unordered() -> Self {
+        Self { unordered: true, ..Self::default() }
+    }
 }
 
 /// Settings of each connection. The application version and the channel count must be
 /// equal on both sides; the datagram size and bandwidths are negotiated; the rest is
 /// local.
+///
+/// Each field states its default. Together the limits bound the memory of one connected
+/// peer: [`PeerConfig::memory_limit`] (the figure with the defaults is stated at
+/// [`HostConfig::max_peers`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PeerConfig {
     /// The application's protocol version. Peers with different versions are refused with
-    /// [`Mismatch::AppVersion`](crate::Mismatch::AppVersion).
+    /// [`Mismatch::AppVersion`](crate::Mismatch::AppVersion). Default: 0.
     pub app_version: u32,
-    /// The channels, 1 to 255. Both sides must have the same number.
+    /// The channels, 1 to 255. Both sides must have the same number. Default: 4 channels,
+    /// each [`ChannelConfig::default()`].
     pub channels: Vec<ChannelConfig>,
     /// Largest datagram (UDP payload) to send and accept, 128 to 65,507 bytes. The
-    /// connection uses the smaller of both sides'. 1200 is safe on the internet.
+    /// connection uses the smaller of both sides'. Bytes; default: 1200, safe on the
+    /// internet.
     pub mtu: usize,
     /// Largest packet this side accepts; also the largest it sends (a connection uses the
-    /// smaller of both sides' limits for each direction).
+    /// smaller of both sides' limits for each direction). Bytes; default: 1 MiB
+    /// (1,048,576).
     pub max_packet_size: usize,
     /// Most bytes of incomplete or undelivered packets held per peer before the receiver
-    /// evicts unreliable data and holds back the sender.
+    /// evicts unreliable data and holds back the sender. Bytes; default: 4 MiB
+    /// (4,194,304).
     pub max_reassembly_bytes: usize,
     /// Bytes per second this side accepts, 0 for no limit. The remote sends at most this.
+    /// Default: 0 (the congestion controller finds the path's capacity).
     pub incoming_bandwidth: u32,
-    /// Bytes per second this side sends at most, 0 for no limit.
+    /// Bytes per second this side sends at most, 0 for no limit. Default: 0.
     pub outgoing_bandwidth: u32,
-    /// A connection with nothing received for this long times out.
+    /// A connection with nothing received for this long times out. Default: 10 s.
     pub timeout: Duration,
-    /// A connection attempt not completed in this long times out.
+    /// A connection attempt not completed in this long times out. Default: 5 s.
     pub connect_timeout: Duration,
-    /// How long a graceful disconnection may wait for its acknowledgement.
+    /// How long a graceful disconnection may wait for its acknowledgement. Default: 3 s.
     pub disconnect_timeout: Duration,
     /// How long a disconnected peer lingers, acknowledging repeated disconnection requests
-    /// and ignoring the rest, before it is deleted.
+    /// and ignoring the rest, before it is deleted. Default: 3 s.
     pub linger: Duration,
     /// Interval of keepalive pings on an idle connection (pings go once per RTT while data
-    /// is in flight).
+    /// is in flight). Must be shorter than `timeout`. Default: 500 ms.
     pub ping_interval: Duration,
-    /// First interval between connection requests; doubles up to 1 s.
+    /// First interval between connection requests; doubles up to 1 s. Default: 200 ms.
     pub connect_retry: Duration,
-    /// Congestion window before the first acknowledgement, in datagrams.
+    /// Congestion window before the first acknowledgement, in datagrams. Default: 10
+    /// (RFC 6928).
     pub initial_window: usize,
-    /// The congestion controller of what this side sends.
+    /// The congestion controller of what this side sends. Default:
+    /// [`CongestionControl::Model`].
     pub congestion: CongestionControl,
 }
 
@@ -176,9 +213,9 @@ impl Default for PeerConfig {
     }
 }
 
-/// Where sequence numbers start. `Random` is right for real use; `Fixed` lets tests
-/// (yours and ours) start frame and packet ids where they like, such as just below the
-/// wrap.
+/// Where sequence numbers start. `Random` (the default) is right for real use; `Fixed` lets
+/// tests (yours and ours) start frame and packet ids where they like, such as just below
+/// the wrap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SequenceStart {
@@ -194,7 +231,7 @@ pub enum SequenceStart {
     },
 }
 
-/// Settings of a [`Host`](crate::Host).
+/// Settings of a [`Host`](crate::Host). Each field states its default.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HostConfig {
@@ -203,23 +240,45 @@ pub struct HostConfig {
     /// [`DisconnectReason::HostFull`](crate::DisconnectReason::HostFull) on the requester
     /// and allocates nothing. Spoofed requests can hold at most `challenge_above` pending
     /// handshakes (for at most the connect timeout), so leave that much room above the
-    /// players you expect.
+    /// players you expect. Default: 1024.
+    ///
+    /// Memory: each connected peer holds at most [`PeerConfig::memory_limit`] bytes, so
+    /// `max_peers` times that bounds what the peers of a host hold. With the default
+    /// [`PeerConfig`] the bound is about 150 MB (116 MB sending, 34 MB receiving) per
+    /// peer: the sending part fills only with what the application itself sends
+    /// (4 channels of 4 MiB queues, and the record of what is in flight), the receiving
+    /// part is what a remote alone can make a peer hold (the 4 MiB reassembly budget,
+    /// what progress may take beyond it, receive queues). Lower `max_queued_bytes`,
+    /// `max_reassembly_bytes` and `max_packet_size` to serve many peers; a pending
+    /// handshake holds about 0.6 kB.
     pub max_peers: usize,
     /// Most incoming connections still in their handshake. Each holds only its handshake
     /// state, and is kept until it completes or times out; beyond the limit a request is
     /// left unanswered for now (counted in
     /// [`HostStats::handshakes_deferred`](crate::HostStats::handshakes_deferred)) and the
-    /// requester's retry gets in once a handshake completes.
+    /// requester's retry gets in once a handshake completes. Default: 256.
     pub max_pending: usize,
     /// At or above this many pending handshakes the host answers requests with a stateless
     /// cookie challenge and creates peers only for requests that echo it, so spoofed
-    /// sources create nothing. 0 challenges every request.
+    /// sources create nothing. 0 challenges every request. Default: 64.
     pub challenge_above: usize,
-    /// Whether remote hosts may connect to this one.
+    /// Whether remote hosts may connect to this one. Default: true.
     pub accept_incoming: bool,
-    /// Settings of every connection.
+    /// Whether the application decides on each compatible incoming request: the host
+    /// reports it as [`Event::ConnectRequest`](crate::Event::ConnectRequest), with the
+    /// requester's connect data, and answers only once the application calls
+    /// [`Host::accept`](crate::Host::accept) or [`Host::reject`](crate::Host::reject).
+    /// A request awaiting the decision is a pending handshake (it counts against
+    /// `max_pending` and `max_peers`, and times out after the connect timeout). Default:
+    /// false (every compatible request is answered at once).
+    ///
+    /// With `porous-mio`, events pass through to the application and
+    /// `core_mut().accept(..)` decides; the async adapters do not offer the decision yet,
+    /// so leave this off there (their requests would time out unanswered).
+    pub manual_accept: bool,
+    /// Settings of every connection. Default: [`PeerConfig::default()`].
     pub peer: PeerConfig,
-    /// Where sequence numbers start.
+    /// Where sequence numbers start. Default: [`SequenceStart::Random`].
     pub sequence_start: SequenceStart,
 }
 
@@ -230,6 +289,7 @@ impl Default for HostConfig {
             max_pending: 256,
             challenge_above: 64,
             accept_incoming: true,
+            manual_accept: false,
             peer: PeerConfig::default(),
             sequence_start: SequenceStart::Random,
         }

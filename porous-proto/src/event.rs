@@ -5,6 +5,11 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 
 /// How a packet is delivered (spec §2.4).
+///
+/// On an ordered channel (the default) every mode keeps order: nothing is delivered twice
+/// or after a later packet of its channel. An unordered channel
+/// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)) takes `Reliable` only
+/// and delivers each packet as soon as it is complete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum SendMode {
@@ -12,7 +17,24 @@ pub enum SendMode {
     Reliable,
     /// Sent once; delivered if it arrives in time, skipped otherwise.
     Unreliable,
-    /// Resent until acknowledged, but the channel does not stall for it.
+    /// Resent until acknowledged, but the channel does not stall for it: if a later packet
+    /// of the channel is delivered first, this one is skipped.
+    ///
+    /// Not "reliable without order" (that is an unordered channel): passive is for state
+    /// where each packet supersedes the ones before and the last must get through. While
+    /// a channel streams, newer packets overtake lost ones and passive delivers about what
+    /// unreliable does; when the stream stops, its last packet is resent until it arrives,
+    /// where an unreliable one could be lost for good.
+    ///
+    /// ```
+    /// # use porous_proto::{Host, HostConfig, SendMode, PeerId};
+    /// # fn door(host: &mut Host, peer: PeerId, open: bool) -> Result<(), porous_proto::SendError> {
+    /// // A door sends its state on every change. Opened, closed, opened in quick
+    /// // succession, the other side may see only the last "opened", but it will see it,
+    /// // and never a stale "closed" after it.
+    /// host.send(peer, 2, bytes::Bytes::from(vec![u8::from(open)]), SendMode::Passive)
+    /// # }
+    /// ```
     Passive,
 }
 
@@ -26,7 +48,8 @@ pub struct PeerId {
 
 impl PeerId {
     /// The slot index: small, dense, reused after the peer is gone. Handy to index an
-    /// application's own per-peer table alongside [`PeerId::generation`].
+    /// application's own per-peer table alongside [`PeerId::generation`];
+    /// [`PeerMap`](crate::PeerMap) is such a table.
     pub fn index(self) -> u32 {
         self.index
     }
@@ -62,6 +85,32 @@ pub enum Event {
         peer: PeerId,
         /// Its address.
         remote: SocketAddr,
+        /// The connect data the remote sent with its request
+        /// ([`Host::connect_with`](crate::Host::connect_with)); empty if it sent none. A
+        /// listening host always gets it. Connect data travels only in requests, never in
+        /// replies, so the side that connected gets the other's only when both connected to
+        /// each other at once and one of the other's requests arrived first.
+        data: Bytes,
+    },
+    /// A remote host asks to connect, and the application decides
+    /// ([`HostConfig::manual_accept`](crate::HostConfig::manual_accept)): call
+    /// [`Host::accept`](crate::Host::accept) or [`Host::reject`](crate::Host::reject)
+    /// with `peer`. Until then the request holds only a pending handshake's state and
+    /// is left unanswered (the requester's retries make no further event); unanswered for
+    /// the connect timeout, it ends with `Disconnected { reason: Timeout }`.
+    ///
+    /// The request is not authenticated: until `Connected`, `remote` may be spoofed and
+    /// `data` is only what someone sent from there. Verify tickets before trusting them,
+    /// and set [`HostConfig::challenge_above`](crate::HostConfig::challenge_above) to 0
+    /// if every requester must first prove it receives at `remote`.
+    ConnectRequest {
+        /// The id the peer keeps if accepted.
+        peer: PeerId,
+        /// Its address (unproven).
+        remote: SocketAddr,
+        /// The connect data it sent ([`Host::connect_with`](crate::Host::connect_with)),
+        /// at most [`MAX_CONNECT_DATA`](crate::wire::MAX_CONNECT_DATA) bytes.
+        data: Bytes,
     },
     /// A packet arrived.
     Received {
@@ -96,8 +145,19 @@ pub enum DisconnectReason {
     /// sent were still unacknowledged when the connection ended (the flush took longer
     /// than the timeout, or the remote stopped answering): some may never have arrived.
     FlushTimeout,
-    /// The remote side disconnected.
-    Remote,
+    /// The remote side disconnected, with the code its application gave
+    /// ([`Host::disconnect_with`](crate::Host::disconnect_with); 0 from
+    /// [`Host::disconnect`](crate::Host::disconnect)).
+    Remote {
+        /// The remote application's code.
+        code: u32,
+    },
+    /// The remote host's application rejected the connection request
+    /// ([`Host::reject`](crate::Host::reject)), with its code.
+    Rejected {
+        /// The remote application's code.
+        code: u32,
+    },
     /// Nothing was heard from the remote side for the configured timeout (or the
     /// connection attempt took longer than the connect timeout).
     Timeout,
@@ -140,6 +200,17 @@ pub enum Mismatch {
         /// The remote side's.
         remote: usize,
     },
+    /// One side's channel delivers unordered and the other's does not
+    /// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)); the lowest such
+    /// channel.
+    Unordered {
+        /// The channel.
+        channel: usize,
+        /// Whether it is unordered on this side.
+        local: bool,
+        /// Whether it is unordered on the remote side.
+        remote: bool,
+    },
 }
 
 impl core::fmt::Display for DisconnectReason {
@@ -149,7 +220,9 @@ impl core::fmt::Display for DisconnectReason {
             Self::FlushTimeout => {
                 f.write_str("disconnected by this side before everything sent was acknowledged; some may be lost")
             }
-            Self::Remote => f.write_str("disconnected by the remote side"),
+            Self::Remote { code: 0 } => f.write_str("disconnected by the remote side"),
+            Self::Remote { code } => write!(f, "disconnected by the remote side (code {code})"),
+            Self::Rejected { code } => write!(f, "refused: the remote application rejected the request (code {code})"),
             Self::Timeout => f.write_str("timed out: nothing heard from the remote side"),
             Self::Incompatible(m) => write!(f, "incompatible: {m}"),
             Self::HostFull => f.write_str("refused: the remote host is full"),
@@ -167,6 +240,10 @@ impl core::fmt::Display for Mismatch {
             Self::ChannelCount { local, remote } => write!(f, "{local} channels here, {remote} there"),
             Self::Mtu { local_min, remote } => {
                 write!(f, "datagram size {remote} there is below the minimum {local_min}")
+            }
+            Self::Unordered { channel, local, .. } => {
+                let (here, there) = if *local { ("unordered", "ordered") } else { ("ordered", "unordered") };
+                write!(f, "channel {channel} is {here} here, {there} there")
             }
         }
     }
@@ -200,6 +277,15 @@ pub enum SendError {
         /// The channel.
         channel: usize,
     },
+    /// The channel does not carry packets of this mode: an unordered channel
+    /// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)) carries reliable
+    /// packets only.
+    ModeNotAllowed {
+        /// The channel.
+        channel: usize,
+        /// The mode asked for.
+        mode: SendMode,
+    },
 }
 
 impl core::fmt::Display for SendError {
@@ -213,6 +299,9 @@ impl core::fmt::Display for SendError {
             Self::TooLarge { size, max } => write!(f, "packet of {size} bytes exceeds the limit of {max}"),
             Self::QueueFull { channel } => {
                 write!(f, "channel {channel}'s send queue is full; retry after the host has stepped")
+            }
+            Self::ModeNotAllowed { channel, mode } => {
+                write!(f, "channel {channel} is unordered and carries reliable packets only, not {mode:?} ones")
             }
         }
     }
@@ -230,6 +319,15 @@ pub enum ConnectError {
     HostFull,
     /// The address is unspecified or has port 0.
     InvalidAddress,
+    /// The connect data is longer than a request can carry.
+    DataTooLarge {
+        /// Its length.
+        size: usize,
+        /// The most this host can send: [`MAX_CONNECT_DATA`](crate::wire::MAX_CONNECT_DATA),
+        /// or less when the configured `mtu` leaves less room
+        /// ([`PeerConfig::max_connect_data`](crate::PeerConfig::max_connect_data)).
+        max: usize,
+    },
 }
 
 impl core::fmt::Display for ConnectError {
@@ -238,8 +336,35 @@ impl core::fmt::Display for ConnectError {
             Self::PeerExists(id) => write!(f, "a peer for this address exists already ({id})"),
             Self::HostFull => f.write_str("the host is full (max_peers)"),
             Self::InvalidAddress => f.write_str("cannot connect to an unspecified address or port 0"),
+            Self::DataTooLarge { size, max } => {
+                write!(f, "{size} bytes of connect data exceed the {max} a request can carry")
+            }
         }
     }
 }
 
 impl std::error::Error for ConnectError {}
+
+/// Why [`Host::accept`](crate::Host::accept) or [`Host::reject`](crate::Host::reject)
+/// did nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AdmissionError {
+    /// No such peer: never existed, or gone (a request left unanswered for the connect
+    /// timeout ends with `Disconnected { reason: Timeout }`).
+    UnknownPeer,
+    /// The peer is not awaiting a decision: it was decided already, or it did not come
+    /// from an [`Event::ConnectRequest`].
+    NotAwaiting,
+}
+
+impl core::fmt::Display for AdmissionError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::UnknownPeer => f.write_str("no such peer (its request may have timed out)"),
+            Self::NotAwaiting => f.write_str("the peer is not awaiting the application's decision"),
+        }
+    }
+}
+
+impl std::error::Error for AdmissionError {}

@@ -26,7 +26,7 @@ use bytes::Bytes;
 
 use crate::arena::Arena;
 use crate::config::{ConfigError, HostConfig, SequenceStart};
-use crate::event::{ConnectError, Event, PeerId, SendError, SendMode, Transmit};
+use crate::event::{AdmissionError, ConnectError, Event, PeerId, SendError, SendMode, Transmit};
 use crate::limits::span_limit;
 use crate::listener::{Listener, Verdict};
 use crate::peer::{self, Outputs, Peer, Settings};
@@ -69,12 +69,11 @@ struct Slot {
 /// use porous_proto::{Event, Host, HostConfig, SendMode};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // Two hosts joined by a perfect in-memory link; any seeded RNG will do.
+/// // Two hosts joined by a perfect in-memory link, seeded so the run is repeatable.
 /// let a_addr = "10.0.0.1:9000".parse()?;
 /// let b_addr = "10.0.0.2:9000".parse()?;
-/// let rng = |seed| rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7);
-/// let mut a = Host::new(HostConfig::default(), rng(1))?;
-/// let mut b = Host::new(HostConfig::default(), rng(2))?;
+/// let mut a = Host::with_seed(HostConfig::default(), 1)?;
+/// let mut b = Host::with_seed(HostConfig::default(), 2)?;
 ///
 /// let start = Instant::now();
 /// let peer = a.connect(start, b_addr)?;
@@ -134,7 +133,11 @@ impl core::fmt::Debug for Host {
 }
 
 impl Host {
-    /// A host with `config`, drawing connection nonces and starting ids from `rng`.
+    /// A host with `config`, drawing connection nonces and starting ids from `rng`: any
+    /// generator of `rand_core` 0.10 (the `rand` 0.10 family; generators of `rand` 0.8
+    /// and 0.9 implement older traits and do not fit). [`Host::from_entropy`] and
+    /// [`Host::with_seed`] cover the usual cases; this one is for injecting a generator of
+    /// your own, as a simulation does.
     pub fn new(config: HostConfig, mut rng: impl rand_core::Rng + Send + 'static) -> Result<Self, ConfigError> {
         config.validate()?;
         let listener = Listener::new(&config, (rng.next_u64(), rng.next_u64()));
@@ -156,6 +159,53 @@ impl Host {
             step_interval: Duration::ZERO,
             stats: HostStats::default(),
         })
+    }
+
+    /// A host drawing its randomness from the operating system's generator (through
+    /// `getrandom`, feature `os-random`, on by default): the constructor for real use.
+    ///
+    /// ```
+    /// use porous_proto::{Host, HostConfig};
+    /// let host = Host::from_entropy(HostConfig::default())?;
+    /// # Ok::<(), porous_proto::ConfigError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the operating system's generator fails, which it does not once the system has
+    /// booted on any platform `getrandom` supports. The host draws from it here and for
+    /// each new connection.
+    #[cfg(feature = "os-random")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "os-random")))]
+    pub fn from_entropy(config: HostConfig) -> Result<Self, ConfigError> {
+        Self::new(config, rand_core::UnwrapErr(getrandom::SysRng))
+    }
+
+    /// A host whose randomness comes from a generator seeded with `seed`: the same seed
+    /// and the same inputs give the same outputs, byte for byte. For tests, simulations,
+    /// replays and fixed-step engines that record their inputs.
+    ///
+    /// Not for a host on a public network: the connection nonces that key every
+    /// datagram's integrity check come from this generator, and they are visible in
+    /// handshakes; anyone who knows the seed, or sees enough nonces, can predict the next
+    /// ones and forge datagrams into other connections. Use [`Host::from_entropy`] there.
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use porous_proto::{Host, HostConfig};
+    /// let (mut a, mut b) = (Host::with_seed(HostConfig::default(), 7)?, Host::with_seed(HostConfig::default(), 7)?);
+    /// let (now, server) = (Instant::now(), "10.0.0.2:9000".parse()?);
+    /// a.connect(now, server)?;
+    /// b.connect(now, server)?;
+    /// a.step(now);
+    /// b.step(now);
+    /// // The same connection request, byte for byte.
+    /// assert_eq!(a.poll_transmit(), b.poll_transmit());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_seed(config: HostConfig, seed: u64) -> Result<Self, ConfigError> {
+        use rand_core::SeedableRng as _;
+        Self::new(config, rand_pcg::Pcg64Mcg::seed_from_u64(seed))
     }
 
     /// The configuration.
@@ -246,9 +296,34 @@ impl Host {
     /// Starts connecting to `remote`. The id is valid at once: `Connected` or
     /// `Disconnected` follows for it.
     pub fn connect(&mut self, now: Instant, remote: SocketAddr) -> Result<PeerId, ConnectError> {
+        self.connect_with(now, remote, &[])
+    }
+
+    /// Starts connecting to `remote` with connect data: up to
+    /// [`MAX_CONNECT_DATA`](wire::MAX_CONNECT_DATA) bytes (fewer at a small `mtu`: see
+    /// [`PeerConfig::max_connect_data`](crate::PeerConfig::max_connect_data)) that the
+    /// remote's application gets with [`Event::ConnectRequest`] or [`Event::Connected`]:
+    /// a version, a login ticket. Every request carries it, so it only makes requests
+    /// larger, never the remote's replies. It is not encrypted, and until the connection
+    /// is made it is not authenticated either.
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use porous_proto::{Host, HostConfig};
+    /// let mut client = Host::with_seed(HostConfig::default(), 1)?;
+    /// let server = "10.0.0.2:9000".parse()?;
+    /// let peer = client.connect_with(Instant::now(), server, b"v1.4 ticket:8f3a")?;
+    /// # let _ = peer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn connect_with(&mut self, now: Instant, remote: SocketAddr, data: &[u8]) -> Result<PeerId, ConnectError> {
         self.observe(now);
         if remote.ip().is_unspecified() || remote.port() == 0 {
             return Err(ConnectError::InvalidAddress);
+        }
+        let max = self.config.peer.max_connect_data();
+        if data.len() > max {
+            return Err(ConnectError::DataTooLarge { size: data.len(), max });
         }
         if let Some(&i) = self.by_addr.get(&remote) {
             return Err(ConnectError::PeerExists(self.id_of(i)));
@@ -260,7 +335,8 @@ impl Host {
         let req = peer::request(&self.config.peer, nonce, frame, packet, None);
         let seed = self.rng.next_u64();
         let id = self.next_id();
-        let index = self.insert(Peer::outgoing(now, (id, remote), Arc::clone(&self.settings), req, seed));
+        let local = (req, Bytes::copy_from_slice(data));
+        let index = self.insert(Peer::outgoing(now, (id, remote), Arc::clone(&self.settings), local, seed));
         Ok(self.id_of(index))
     }
 
@@ -307,8 +383,8 @@ impl Host {
 
     /// A connection request from an address with no peer: the listener decides.
     fn handle_request(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
-        let req = match Control::decode(datagram, Key::version()) {
-            Ok(Control::Request(req)) => req,
+        let (req, data) = match Control::decode(datagram, Key::version()) {
+            Ok(Control::Request { request, data }) => (request, data),
             Ok(_) => return self.malformed(DecodeError::UnknownType(wire::peek_type(datagram).unwrap_or(0))),
             Err(e) => return self.malformed(e),
         };
@@ -324,7 +400,9 @@ impl Host {
                 let local = peer::request(&self.config.peer, nonce, frame, packet, None);
                 let at = (self.next_id(), from);
                 let settings = Arc::clone(&self.settings);
-                let peer = Peer::incoming(now, at, settings, (local, seed), (req, params), &mut self.out);
+                let remote = (req, params, Bytes::copy_from_slice(data));
+                let manual = self.config.manual_accept;
+                let peer = Peer::incoming(now, at, settings, (local, seed), remote, manual, &mut self.out);
                 self.insert(peer);
             }
         }
@@ -439,28 +517,120 @@ impl Host {
         Ok(())
     }
 
-    /// Runs an application call on `peer`, if it exists.
+    /// Runs an application call on `peer`, if it exists, counting a request it rejects.
     fn call(&mut self, now: Instant, peer: PeerId, f: impl FnOnce(&mut Peer, &mut Outputs)) {
         self.observe(now);
         if self.peer_index(peer).is_none() {
             return;
         }
-        self.drive(peer.index, f);
+        let rejected = self.drive(peer.index, |p, out| {
+            let awaiting = p.is_awaiting();
+            f(p, out);
+            // A request awaiting the application ends only by being rejected.
+            awaiting && p.state() == PeerState::Zombie
+        });
+        if rejected == Some(true) {
+            self.stats.rejected += 1;
+        }
         self.mark_dirty(peer.index);
     }
 
     /// Disconnects gracefully: packets already sent are delivered first, then the
     /// disconnection is acknowledged; `Disconnected` follows (with
     /// [`DisconnectReason::FlushTimeout`](crate::DisconnectReason::FlushTimeout) instead of
-    /// `Local` if some of them were never acknowledged).
+    /// `Local` if some of them were never acknowledged). The remote side gets
+    /// [`DisconnectReason::Remote`](crate::DisconnectReason::Remote) with code 0.
     pub fn disconnect(&mut self, now: Instant, peer: PeerId) {
-        self.call(now, peer, |p, out| p.disconnect(now, out));
+        self.disconnect_with(now, peer, 0);
+    }
+
+    /// [`Host::disconnect`] with an application code (ENet's disconnect data): the remote
+    /// side's application gets it in `DisconnectReason::Remote { code }`. Why a player was
+    /// kicked, that a match ended, that the client quit. On a request awaiting the
+    /// application's decision it is [`Host::reject`].
+    ///
+    /// The code travels in every disconnection request until one is acknowledged, so it
+    /// arrives unless the remote stops answering altogether.
+    pub fn disconnect_with(&mut self, now: Instant, peer: PeerId, code: u32) {
+        self.call(now, peer, |p, out| p.disconnect(now, code, out));
     }
 
     /// Disconnects at once, dropping pending packets; `Disconnected` is queued now and the
-    /// remote side is told once, on a best-effort basis.
+    /// remote side is told once, on a best-effort basis (with code 0).
     pub fn disconnect_now(&mut self, now: Instant, peer: PeerId) {
-        self.call(now, peer, |p, out| p.disconnect_now(now, out));
+        self.disconnect_now_with(now, peer, 0);
+    }
+
+    /// [`Host::disconnect_now`] with an application code for the remote side, sent once,
+    /// on a best-effort basis. On a request awaiting the application's decision it is
+    /// [`Host::reject`].
+    pub fn disconnect_now_with(&mut self, now: Instant, peer: PeerId, code: u32) {
+        self.call(now, peer, |p, out| p.disconnect_now(now, code, out));
+    }
+
+    /// Accepts a connection request the host reported as [`Event::ConnectRequest`] (with
+    /// [`HostConfig::manual_accept`](crate::HostConfig::manual_accept)): the handshake
+    /// goes on, and `Connected` (or `Disconnected`, if it does not complete within the
+    /// connect timeout counted from the request's arrival) follows for `peer`.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use porous_proto::{Event, Host, HostConfig};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let (client_addr, server_addr) = ("10.0.0.1:5000".parse()?, "10.0.0.2:9000".parse()?);
+    /// let mut config = HostConfig::default();
+    /// config.manual_accept = true;
+    /// let mut server = Host::with_seed(config, 1)?;
+    /// let mut client = Host::with_seed(HostConfig::default(), 2)?;
+    /// let start = Instant::now();
+    /// client.connect_with(start, server_addr, b"ticket:alice")?;
+    /// let mut welcomed = None;
+    /// for tick in 0..50 {
+    ///     let now = start + Duration::from_millis(10 * tick);
+    ///     client.step(now);
+    ///     server.step(now);
+    ///     while let Some(t) = client.poll_transmit() { server.handle_datagram(now, client_addr, &t.payload); }
+    ///     while let Some(t) = server.poll_transmit() { client.handle_datagram(now, server_addr, &t.payload); }
+    ///     while let Some(event) = server.poll_event() {
+    ///         match event {
+    ///             // The application decides, from the connect data.
+    ///             Event::ConnectRequest { peer, data, .. } if data.starts_with(b"ticket:") => server.accept(now, peer)?,
+    ///             Event::ConnectRequest { peer, .. } => server.reject(now, peer, 403)?,
+    ///             Event::Connected { data, .. } => welcomed = Some(data),
+    ///             _ => {}
+    ///         }
+    ///     }
+    /// }
+    /// assert_eq!(welcomed.as_deref(), Some(&b"ticket:alice"[..]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn accept(&mut self, now: Instant, peer: PeerId) -> Result<(), AdmissionError> {
+        self.admit(now, peer, |p, out| p.accept(now, out))
+    }
+
+    /// Rejects a connection request the host reported as [`Event::ConnectRequest`]: the
+    /// requester is refused with `code`, which its application gets in
+    /// [`DisconnectReason::Rejected`](crate::DisconnectReason::Rejected), and the peer is
+    /// gone at once (`Disconnected { reason: Local }` is queued for it), having held no
+    /// more than a pending handshake. Should the refusal be lost, the requester's next
+    /// retry arrives as a new request.
+    pub fn reject(&mut self, now: Instant, peer: PeerId, code: u32) -> Result<(), AdmissionError> {
+        self.admit(now, peer, |p, out| p.reject(now, code, out))
+    }
+
+    /// Runs an admission decision on `peer`.
+    fn admit(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        decide: impl FnOnce(&mut Peer, &mut Outputs) -> bool,
+    ) -> Result<(), AdmissionError> {
+        self.peer_index(peer).ok_or(AdmissionError::UnknownPeer)?;
+        let mut decided = false;
+        self.call(now, peer, |p, out| decided = decide(p, out));
+        if decided { Ok(()) } else { Err(AdmissionError::NotAwaiting) }
     }
 
     /// A snapshot of a peer's state and counters.
@@ -517,6 +687,13 @@ impl Host {
     /// The peer with address `remote`, if any.
     pub fn peer_by_addr(&self, remote: SocketAddr) -> Option<PeerId> {
         self.by_addr.get(&remote).map(|&i| self.id_of(i))
+    }
+
+    /// The address of `peer`, if it exists: where its datagrams come from and go to. The
+    /// inverse of [`Host::peer_by_addr`].
+    pub fn remote_addr(&self, peer: PeerId) -> Option<SocketAddr> {
+        let index = self.peer_index(peer)?;
+        self.slots.get(index)?.peer.as_deref().map(Peer::remote)
     }
 
     /// The data path of the connection with `remote`, once it is made (see

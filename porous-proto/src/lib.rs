@@ -11,10 +11,18 @@
 //!
 //! # Using it
 //!
-//! Make a [`Host`] from a [`HostConfig`] and a seeded or OS random generator, then follow
-//! the call contract on [`Host`]: feed received datagrams and the application's calls, call
-//! [`Host::step`], drain [`Host::poll_transmit`] and [`Host::poll_event`], and wake again
-//! at [`Host::poll_timeout`].
+//! Make a [`Host`] from a [`HostConfig`] with [`Host::from_entropy`] (randomness from the
+//! operating system; the choice for real use) or [`Host::with_seed`] (repeatable, for tests
+//! and replays), then follow the call contract on [`Host`]: feed received datagrams and the
+//! application's calls, call [`Host::step`], drain [`Host::poll_transmit`] and
+//! [`Host::poll_event`], and wake again at [`Host::poll_timeout`].
+//!
+//! # Features
+//!
+//! - `os-random` (default): [`Host::from_entropy`], through `getrandom`. Without it the
+//!   crate needs nothing of the platform; inject a generator with [`Host::new`].
+//! - `sim`: the deterministic network simulator, `porous_proto::sim`.
+//! - `arbitrary`: `arbitrary::Arbitrary` for wire types, and the fuzz targets' bodies.
 //!
 //! # Inside
 //!
@@ -36,6 +44,7 @@ mod host;
 mod limits;
 mod listener;
 mod peer;
+mod peer_map;
 pub mod seq;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
@@ -48,8 +57,11 @@ pub use config::{
     ChannelConfig, ConfigError, CongestionControl, DEFAULT_UNRELIABLE_DEADLINE, HostConfig, PeerConfig, Priority,
     SequenceStart,
 };
-pub use event::{ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit};
+pub use event::{
+    AdmissionError, ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit,
+};
 pub use host::Host;
+pub use peer_map::PeerMap;
 pub use stats::{CongestionMode, CongestionStats, HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};
 
 #[cfg(any(test, feature = "arbitrary"))]

@@ -4,7 +4,7 @@
 //! vocabulary, so every layer may read a configuration without importing this module,
 //! and this module imports the layers it measures (downward only).
 
-use crate::channel::{Channel, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, packet_cost};
+use crate::channel::{Channel, DELIVERED_WORDS, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, packet_cost};
 use crate::config::{ConfigError, HostConfig, PeerConfig};
 use crate::peer::Session;
 use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, WINDOW_ACK_SPACING};
@@ -16,19 +16,29 @@ impl PeerConfig {
     /// whatever the remote sends (the host fuzzer checks it after every step). It adds:
     ///
     /// - reassembly: `max_reassembly_bytes`, plus per channel three packets and a datagram
-    ///   that progress may take beyond it (`docs/protocol.md`, Memory), and the receive
-    ///   queues' slots;
+    ///   that progress may take beyond it (`docs/protocol.md`, Memory), the receive
+    ///   queues' slots, and per unordered channel a bitmap of one window (8 KiB);
     /// - sending: what the channels' `max_queued_bytes` allow, the queue slots for it, and
     ///   the record of frames in flight, which may span twice the messages those limits
     ///   allow (a frame the remote never acknowledges holds its place);
     /// - a few kilobytes of fixed structures.
     ///
-    /// With the defaults it is about 142 MB: 108 MB on the sending side, which only the
-    /// application's own sends can fill (4 channels of 4 MiB, and their bookkeeping), and
-    /// 34 MB that a remote alone can make a peer hold (reassembly). Lower the limits to
-    /// serve many peers: `max_peers` times this bounds every peer's share of a host.
+    /// With the defaults the bound is about 150 MB (116 MB sending, 34 MB receiving): the
+    /// sending side fills only with the application's own sends (4 channels of 4 MiB, and
+    /// their bookkeeping), the receiving side is what a remote alone can make a peer hold
+    /// (reassembly). Lower the limits to serve many peers: `max_peers` times this bounds
+    /// every peer's share of a host.
     pub fn memory_limit(&self) -> usize {
         memory_bound(self)
+    }
+
+    /// The most connect data ([`Host::connect_with`](crate::Host::connect_with)) this side
+    /// can send: [`MAX_CONNECT_DATA`](wire::MAX_CONNECT_DATA) (256 bytes), or less when
+    /// the `mtu` leaves a request less room (70 bytes at the smallest, 128, less the
+    /// bitmap of unordered channels if there are any: one byte per 8 channels).
+    pub fn max_connect_data(&self) -> usize {
+        let bitmap = crate::peer::unordered(self).wire_len(self.channels.len().min(255) as u8);
+        self.mtu.saturating_sub(wire::REQUEST_OVERHEAD_MAX + bitmap).min(wire::MAX_CONNECT_DATA)
     }
 
     /// Checks every value.
@@ -107,18 +117,40 @@ pub(crate) fn span_limit(cfg: &PeerConfig) -> usize {
 /// An upper bound on the heap a connected peer holds under `cfg`, whatever the remote
 /// does (see [`PeerConfig::memory_limit`], which documents the terms).
 fn memory_bound(cfg: &PeerConfig) -> usize {
-    let channels = cfg.channels.len();
-    let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
-    let packet = cfg.max_packet_size + cfg.mtu + ENTRY_OVERHEAD;
-    let reassembly = cfg.max_reassembly_bytes + channels * (3 * packet + cfg.mtu);
-    // Entries holding data are charged their slots (twice over) within `reassembly`;
-    // sentinel-only entries are not (at most N_Q / M per channel), nor the markers of
-    // displaced passive packets (at most MAX_DISPLACED).
-    let sentinels = channels * ((PACKET_WINDOW / WINDOW_ACK_SPACING) as usize + MAX_DISPLACED);
-    let receive = 2 * reassembly + 2 * sentinels * ENTRY_SIZE;
-    let send = 5 * queued + span_limit(cfg) * SPAN_COST;
-    let fixed = size_of::<Session>() + channels * (size_of::<Channel>() + 2 * size_of::<usize>()) + FIXED_SLACK;
-    receive + send + fixed
+    let b = MemoryBound::of(cfg);
+    b.receive + b.send + b.fixed
+}
+
+/// The terms of [`memory_bound`].
+#[derive(Clone, Copy, Debug)]
+struct MemoryBound {
+    /// What a remote alone can make a peer hold: reassembly and receive queues.
+    receive: usize,
+    /// What only the application's own sends fill: send queues and the in-flight record.
+    send: usize,
+    /// Structures of fixed size.
+    fixed: usize,
+}
+
+impl MemoryBound {
+    fn of(cfg: &PeerConfig) -> Self {
+        let channels = cfg.channels.len();
+        let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
+        let packet = cfg.max_packet_size + cfg.mtu + ENTRY_OVERHEAD;
+        let reassembly = cfg.max_reassembly_bytes + channels * (3 * packet + cfg.mtu);
+        // Entries holding data are charged their slots (twice over) within `reassembly`;
+        // sentinel-only entries are not (at most N_Q / M per channel), nor the markers of
+        // displaced passive packets (at most MAX_DISPLACED).
+        let sentinels = channels * ((PACKET_WINDOW / WINDOW_ACK_SPACING) as usize + MAX_DISPLACED);
+        // An unordered channel's bitmap of ids delivered beyond its base: one window of
+        // bits, twice over for a growing queue's slack.
+        let unordered = cfg.channels.iter().filter(|c| c.unordered).count();
+        let bitmaps = unordered * 2 * DELIVERED_WORDS * size_of::<u64>();
+        let receive = 2 * reassembly + 2 * sentinels * ENTRY_SIZE + bitmaps;
+        let send = 5 * queued + span_limit(cfg) * SPAN_COST;
+        let fixed = size_of::<Session>() + channels * (size_of::<Channel>() + 2 * size_of::<usize>()) + FIXED_SLACK;
+        Self { receive, send, fixed }
+    }
 }
 
 /// The small structures a session holds besides its queues: acknowledgement ranges, the
@@ -131,6 +163,53 @@ mod tests {
 
     use super::*;
     use crate::config::ChannelConfig;
+
+    /// Every place that states the memory bound of the default configuration, in one fixed
+    /// wording (`phrase`, then "N MB (S MB sending, R MB receiving)"), states what
+    /// `memory_limit` computes, to within 3%: the figure cannot rot when a default or a
+    /// layer's bookkeeping changes.
+    #[test]
+    fn the_documented_memory_bound_is_the_computed_one() {
+        let b = MemoryBound::of(&PeerConfig::default());
+        let mb = |bytes: usize| bytes as f64 / 1e6;
+        let computed = [mb(memory_bound(&PeerConfig::default())), mb(b.send), mb(b.receive)];
+        // Split so that this file's own text does not match.
+        let phrase = concat!("the bound is ", "about ");
+        let docs = [
+            ("config.rs", include_str!("config.rs")),
+            ("limits.rs", include_str!("limits.rs")),
+            ("docs/security.md", include_str!("../../docs/security.md")),
+        ];
+        for (name, text) in docs {
+            // Doc comments and markdown as one line of prose.
+            let flat: Vec<&str> = text
+                .lines()
+                .map(|l| l.trim().trim_start_matches("///").trim_start_matches("//!"))
+                .flat_map(str::split_whitespace)
+                .collect();
+            let flat = flat.join(" ");
+            let mut found = 0;
+            for (at, _) in flat.match_indices(phrase) {
+                let rest = &flat[at + phrase.len()..];
+                let numbers: Vec<f64> = rest
+                    .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                    .filter(|w| w.bytes().any(|c| c.is_ascii_digit()))
+                    .take(3)
+                    .map(|w| w.trim_end_matches('.').parse().unwrap())
+                    .collect();
+                let shape = format!("{} MB ({} MB sending, {} MB receiving)", numbers[0], numbers[1], numbers[2]);
+                assert!(rest.starts_with(&shape), "{name}: unexpected wording after {phrase:?}: {:?}", &rest[..60]);
+                for (stated, real) in numbers.iter().zip(computed) {
+                    assert!(
+                        (stated - real).abs() <= 0.03 * real,
+                        "{name} states {stated} MB where memory_limit computes {real:.1} MB; update the docs"
+                    );
+                }
+                found += 1;
+            }
+            assert!(found >= 1, "{name} no longer states the memory bound with the defaults");
+        }
+    }
 
     #[test]
     fn the_default_is_valid_and_game_ready() {

@@ -216,8 +216,13 @@ pub struct HostStats {
     pub handshakes_deferred: u64,
     /// Incoming connections currently in their handshake.
     pub pending: usize,
-    /// Peers created by incoming requests.
+    /// Peers created by incoming requests (under
+    /// [`HostConfig::manual_accept`](crate::HostConfig::manual_accept), requests reported
+    /// to the application).
     pub accepted: u64,
+    /// Incoming requests the application rejected ([`Host::reject`](crate::Host::reject),
+    /// or a disconnection while the request awaited its decision).
+    pub rejected: u64,
     /// Peers currently in the table (any state).
     pub peers: usize,
 }

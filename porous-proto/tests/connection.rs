@@ -52,11 +52,12 @@ fn connect_exchange_all_modes_on_several_channels_and_disconnect_after_deliverin
         }
     }
     let now = p.now;
-    p.a.disconnect(now, pa);
+    // The application's code reaches the other side with the disconnection.
+    p.a.disconnect_with(now, pa, 0xC0DE);
     assert_eq!(p.a.send(pa, 0, Bytes::from_static(b"late"), SendMode::Reliable), Err(SendError::NotConnected));
     assert!(p.run_until(10 * SEC, |p| !disconnected(&p.events_a).is_empty() && !disconnected(&p.events_b).is_empty()));
     assert_eq!(disconnected(&p.events_a), [DisconnectReason::Local]);
-    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Remote]);
+    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Remote { code: 0xC0DE }]);
     // On a lossless link every packet of every mode arrives, in order, with its mode.
     assert_eq!(received(&p.events_b, 4), sent);
     for e in &p.events_b {
@@ -137,11 +138,20 @@ fn figure_2b_a_dropped_request_is_resent() {
 fn simultaneous_open_gives_one_matched_connection_each_way() {
     let mut p = Pair::new(HostConfig::default(), HostConfig::default());
     let now = p.now;
-    let pa = p.a.connect(now, p.b_addr).unwrap();
-    let pb = p.b.connect(now, p.a_addr).unwrap();
+    let pa = p.a.connect_with(now, p.b_addr, b"from a").unwrap();
+    let pb = p.b.connect_with(now, p.a_addr, b"from b").unwrap();
     assert!(p.run_until(5 * SEC, |p| p.connected_a().is_some() && p.connected_b().is_some()));
     assert_eq!(p.connected_a(), Some(pa));
     assert_eq!(p.connected_b(), Some(pb));
+    // Each request crossed the other: both sides got the other's connect data.
+    let data = |events: &[Event]| {
+        events.iter().find_map(|e| match e {
+            Event::Connected { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+    };
+    assert_eq!(data(&p.events_a).as_deref(), Some(&b"from b"[..]));
+    assert_eq!(data(&p.events_b).as_deref(), Some(&b"from a"[..]));
     assert_eq!(p.a.peers().count(), 1);
     assert_eq!(p.b.peers().count(), 1);
     p.a.send(pa, 1, Bytes::from_static(b"ping"), SendMode::Reliable).unwrap();
@@ -178,6 +188,45 @@ fn incompatible_parameters_are_refused_with_a_reason_and_allocate_nothing() {
         disconnected(&q.events_a),
         [DisconnectReason::Incompatible(Mismatch::ChannelCount { local: 4, remote: 2 })]
     );
+}
+
+#[test]
+fn unordered_channels_must_match_and_carry_reliable_packets_only() {
+    let unordered = |channels: &[usize]| {
+        let mut c = HostConfig::default();
+        for &i in channels {
+            c.peer.channels[i] = porous_proto::ChannelConfig::unordered();
+        }
+        c
+    };
+    // A mismatch is refused, naming the channel, on both sides; nothing is allocated.
+    let mut p = Pair::new(unordered(&[1]), unordered(&[1, 2]));
+    p.connect();
+    p.run_for(SEC);
+    assert_eq!(
+        disconnected(&p.events_a),
+        [DisconnectReason::Incompatible(Mismatch::Unordered { channel: 2, local: false, remote: true })]
+    );
+    assert_eq!(p.b.peers().count(), 0);
+    // The request grew by its bitmap of unordered channels, and no reply outgrew it.
+    let request = p.log.iter().find(|d| d.ty() == 0x80).unwrap().payload.len();
+    assert_eq!(request, 65);
+    assert!(p.log.iter().filter(|d| d.from == p.b_addr).all(|d| d.payload.len() <= request));
+    // Matching sets connect; the unordered channel refuses other modes.
+    let mut p = Pair::new(unordered(&[1, 2]), unordered(&[1, 2]));
+    let (pa, pb) = p.establish();
+    assert_eq!(
+        p.a.send(pa, 2, Bytes::from_static(b"x"), SendMode::Unreliable),
+        Err(SendError::ModeNotAllowed { channel: 2, mode: SendMode::Unreliable })
+    );
+    assert!(matches!(p.a.send(pa, 1, Bytes::new(), SendMode::Passive), Err(SendError::ModeNotAllowed { .. })));
+    for i in 0..10 {
+        p.a.send(pa, 2, payload(2, i, 50 + 700 * i), SendMode::Reliable).unwrap();
+        p.b.send(pb, 0, payload(0, i, 10), SendMode::Unreliable).unwrap();
+    }
+    p.run_for(SEC);
+    assert_eq!(received(&p.events_b, 4)[2].len(), 10);
+    assert_eq!(received(&p.events_a, 4)[0].len(), 10, "the ordered channels are unchanged");
 }
 
 #[test]
@@ -313,9 +362,12 @@ fn disconnected_peers_linger_acknowledging_repeats_then_are_deleted() {
     let acks = p.log.iter().filter(|d| d.ty() == 0x87).count();
     assert!(acks >= 2, "the disconnected side acknowledged the repeat");
     assert_eq!(p.b.peer_stats(pb).map(|s| s.state), Some(PeerState::Disconnected));
+    // Each side finds the other's address from its id, while the peer exists.
+    assert_eq!((p.a.remote_addr(pa), p.b.remote_addr(pb)), (Some(p.b_addr), Some(p.a_addr)));
     // After the linger both are zombies and deleted; ids are dead.
     p.run_for(4 * SEC);
     assert!(p.a.peer_stats(pa).is_none() && p.b.peer_stats(pb).is_none());
+    assert_eq!((p.a.remote_addr(pa), p.b.remote_addr(pb)), (None, None));
     assert_eq!((p.a.peers().count(), p.b.peers().count()), (0, 0));
     assert_eq!(p.a.send(pa, 0, Bytes::new(), SendMode::Reliable), Err(SendError::UnknownPeer));
     // The slot is reused with a new generation: the old id does not reach the new peer.
@@ -332,13 +384,13 @@ fn disconnect_now_reports_at_once_and_tells_the_remote() {
         p.a.send(pa, 0, payload(0, i, 3000), SendMode::Reliable).unwrap();
     }
     let now = p.now;
-    p.a.disconnect_now(now, pa);
+    p.a.disconnect_now_with(now, pa, u32::MAX);
     while let Some(e) = p.a.poll_event() {
         p.events_a.push(e);
     }
     assert_eq!(disconnected(&p.events_a), [DisconnectReason::Local]);
     p.run_for(SEC);
-    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Remote]);
+    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Remote { code: u32::MAX }]);
     assert!(received(&p.events_b, 4)[0].is_empty(), "pending data was dropped");
 }
 
@@ -404,6 +456,23 @@ fn the_same_inputs_and_seed_give_byte_identical_transmits() {
     let (first, second) = (run(), run());
     assert!(first.len() > 300, "{} datagrams", first.len());
     assert_eq!(first, second);
+}
+
+#[test]
+fn a_seeded_host_repeats_itself_and_an_entropy_host_does_not() {
+    use porous_proto::Host;
+    let now = std::time::Instant::now();
+    let first_request = |mut host: Host| {
+        host.connect(now, "10.0.0.9:9000".parse().unwrap()).unwrap();
+        host.step(now);
+        host.poll_transmit().unwrap().payload
+    };
+    let seeded = |seed| Host::with_seed(HostConfig::default(), seed).unwrap();
+    let entropy = || Host::from_entropy(HostConfig::default()).unwrap();
+    // The request carries the connection's random nonce: the same seed gives the same one.
+    assert_eq!(first_request(seeded(3)), first_request(seeded(3)));
+    assert_ne!(first_request(seeded(3)), first_request(seeded(4)));
+    assert_ne!(first_request(entropy()), first_request(entropy()));
 }
 
 #[test]
@@ -592,4 +661,134 @@ fn a_thousand_clients_at_once_all_connect_and_none_is_told_so_falsely() {
 #[test]
 fn a_crowd_beyond_the_peer_cap_is_refused_clearly() {
     assert_eq!(crowd(400, 250), (250, 150));
+}
+
+/// The connect requests (type `0x80`) in a log.
+fn requests(log: &[Datagram]) -> usize {
+    log.iter().filter(|d| d.ty() == 0x80).count()
+}
+
+fn connect_requests(events: &[Event]) -> Vec<(porous_proto::PeerId, Bytes)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ConnectRequest { peer, data, .. } => Some((*peer, data.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn connect_data_reaches_the_listening_application_and_only_it() {
+    let mut p = Pair::new(HostConfig::default(), HostConfig::default());
+    let now = p.now;
+    let b = p.b_addr;
+    let pa = p.a.connect_with(now, b, b"version 3; ticket 42").unwrap();
+    assert!(p.run_until(5 * SEC, |p| p.connected_a().is_some() && p.connected_b().is_some()));
+    let data_of = |events: &[Event]| {
+        events.iter().find_map(|e| match e {
+            Event::Connected { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+    };
+    assert_eq!(data_of(&p.events_b).as_deref(), Some(&b"version 3; ticket 42"[..]));
+    assert_eq!(data_of(&p.events_a).as_deref(), Some(&b""[..]), "replies carry no connect data");
+    assert_eq!(p.a.remote_addr(pa), Some(b));
+    // Too much data for a request is refused before anything is sent; a small datagram
+    // size leaves less room.
+    let too_much = [0u8; porous_proto::wire::MAX_CONNECT_DATA + 1];
+    let other = "10.0.0.3:1".parse().unwrap();
+    assert_eq!(
+        p.a.connect_with(now, other, &too_much),
+        Err(ConnectError::DataTooLarge { size: 257, max: porous_proto::wire::MAX_CONNECT_DATA })
+    );
+    let mut small = HostConfig::default();
+    small.peer.mtu = 128;
+    let max = small.peer.max_connect_data();
+    assert_eq!(max, 70);
+    let mut host = porous_proto::Host::with_seed(small, 3).unwrap();
+    assert!(matches!(host.connect_with(now, other, &[1; 71]), Err(ConnectError::DataTooLarge { size: 71, max: 70 })));
+    assert!(host.connect_with(now, other, &[1; 70]).is_ok());
+    host.step(now);
+    let request = host.poll_transmit().unwrap();
+    assert!(request.payload.len() <= 128, "a {} byte request at a 128 byte datagram size", request.payload.len());
+}
+
+#[test]
+fn manual_admission_asks_the_application_once_and_answers_only_its_decision() {
+    let mut server = HostConfig::default();
+    server.manual_accept = true;
+    let mut p = Pair::new(HostConfig::default(), server);
+    let now = p.now;
+    let b = p.b_addr;
+    let pa = p.a.connect_with(now, b, b"ticket:good").unwrap();
+    // The application takes its time (an account lookup): the requester retries, the
+    // host answers nothing and reports the request once.
+    p.run_for(SEC);
+    assert!(requests(&p.log) >= 3, "{} requests", requests(&p.log));
+    assert!(p.log.iter().all(|d| d.from != b), "nothing is answered before the decision");
+    let asked = connect_requests(&p.events_b);
+    assert_eq!(asked.len(), 1, "one event whatever the retries: {asked:?}");
+    let (pb, data) = asked[0].clone();
+    assert_eq!(&data[..], b"ticket:good");
+    assert_eq!(p.b.remote_addr(pb), Some(p.a_addr));
+    assert_eq!(p.b.stats().pending, 1);
+    assert_eq!(p.b.send(pb, 0, Bytes::new(), SendMode::Reliable), Err(SendError::NotConnected));
+    let now = p.now;
+    p.b.accept(now, pb).unwrap();
+    assert_eq!(p.b.accept(now, pb), Err(porous_proto::AdmissionError::NotAwaiting), "decided already");
+    assert!(p.run_until(SEC, |p| p.connected_a().is_some() && p.connected_b().is_some()));
+    assert_eq!((p.connected_a(), p.connected_b()), (Some(pa), Some(pb)), "the id of the request is the peer's");
+    p.b.send(pb, 1, Bytes::from_static(b"welcome"), SendMode::Reliable).unwrap();
+    p.run_for(SEC);
+    assert_eq!(received(&p.events_a, 4)[1], [Bytes::from_static(b"welcome")]);
+    assert_eq!(p.b.accept(p.now, pb), Err(porous_proto::AdmissionError::NotAwaiting));
+    assert_eq!(p.b.stats().rejected, 0);
+}
+
+#[test]
+fn a_rejected_requester_hears_the_code_and_the_server_keeps_nothing() {
+    let mut server = HostConfig::default();
+    server.manual_accept = true;
+    for by_disconnect in [false, true] {
+        let mut p = Pair::new(HostConfig::default(), server.clone());
+        let pa = p.connect();
+        assert!(p.run_until(SEC, |p| !connect_requests(&p.events_b).is_empty()));
+        let (pb, _) = connect_requests(&p.events_b)[0];
+        let now = p.now;
+        if by_disconnect {
+            // Disconnecting a request that awaits the decision rejects it.
+            p.b.disconnect_with(now, pb, 403);
+        } else {
+            p.b.reject(now, pb, 403).unwrap();
+        }
+        assert_eq!(p.b.reject(now, pb, 1), Err(porous_proto::AdmissionError::NotAwaiting));
+        assert!(p.run_until(SEC, |p| !disconnected(&p.events_a).is_empty()));
+        assert_eq!(disconnected(&p.events_a), [DisconnectReason::Rejected { code: 403 }]);
+        assert_eq!(disconnected(&p.events_b), [DisconnectReason::Local], "the id the application saw ends");
+        assert!(p.a.peer_stats(pa).is_none() || p.a.peer_stats(pa).unwrap().state != PeerState::Connected);
+        // The refusal is one small datagram, and the server holds nothing afterwards.
+        let answers: Vec<&Datagram> = p.log.iter().filter(|d| d.from == p.b_addr).collect();
+        assert_eq!(answers.len(), 1);
+        assert!(answers[0].payload.len() < 64);
+        let s = p.b.stats();
+        assert_eq!((s.peers, s.pending, s.rejected), (0, 0, 1));
+        assert_eq!(p.b.reject(p.now, pb, 1), Err(porous_proto::AdmissionError::UnknownPeer));
+        assert_eq!(p.b.memory_usage().peers, 0);
+    }
+}
+
+#[test]
+fn an_undecided_request_times_out_and_the_application_hears_of_it() {
+    let mut server = HostConfig::default();
+    server.manual_accept = true;
+    let mut p = Pair::new(HostConfig::default(), server);
+    p.connect();
+    p.run_for(7 * SEC);
+    let asked = connect_requests(&p.events_b);
+    assert_eq!(asked.len(), 1);
+    assert_eq!(disconnected(&p.events_b), [DisconnectReason::Timeout]);
+    assert_eq!(disconnected(&p.events_a), [DisconnectReason::Timeout]);
+    assert_eq!(p.b.accept(p.now, asked[0].0), Err(porous_proto::AdmissionError::UnknownPeer));
+    assert_eq!(p.b.stats().pending, 0);
 }

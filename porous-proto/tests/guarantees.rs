@@ -1,7 +1,8 @@
 //! The protocol's guarantees, proved in the deterministic simulator with quickcheck over
 //! seeds and network conditions:
 //!
-//! - reliable packets arrive exactly once, in send order, per channel;
+//! - reliable packets arrive exactly once, in send order, per channel; on an unordered
+//!   channel exactly once, in any order, and a lost packet delays no other;
 //! - unreliable and passive packets are never duplicated or reordered, and arrive intact;
 //! - a lost reliable packet stalls only its own channel;
 //! - nothing stalls forever: once the network stops losing, every reliable packet arrives
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use porous_proto::sim::{BurstLoss, LinkConditions, Network};
-use porous_proto::{DisconnectReason, Event, HostConfig, PeerId, PeerState, SendMode, SequenceStart};
+use porous_proto::{ChannelConfig, DisconnectReason, Event, HostConfig, PeerId, PeerState, SendMode, SequenceStart};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 const MS: Duration = Duration::from_millis(1);
@@ -69,6 +70,8 @@ struct Ledger {
     sent: Vec<Vec<SendMode>>,
     received: Vec<Vec<u32>>,
     first_received: Vec<BTreeMap<u32, Duration>>,
+    /// Channels that deliver in any order.
+    unordered: Vec<bool>,
 }
 
 impl Ledger {
@@ -77,7 +80,14 @@ impl Ledger {
             sent: vec![Vec::new(); channels],
             received: vec![Vec::new(); channels],
             first_received: vec![BTreeMap::new(); channels],
+            unordered: vec![false; channels],
         }
+    }
+
+    /// `channel` delivers in any order: packets must still arrive exactly once.
+    fn unordered(mut self, channel: usize, unordered: bool) -> Self {
+        self.unordered[channel] = unordered;
+        self
     }
 
     fn send(
@@ -102,7 +112,14 @@ impl Ledger {
 
     fn receive(&mut self, at: Duration, channel: usize, data: &[u8]) -> Result<(), String> {
         let seq = check(channel, data)?;
-        if let Some(&last) = self.received[channel].last()
+        if self.unordered[channel] {
+            if self.first_received[channel].contains_key(&seq) {
+                return Err(format!("unordered channel {channel}: packet {seq} delivered twice"));
+            }
+            if self.sent[channel].get(seq as usize) != Some(&SendMode::Reliable) {
+                return Err(format!("unordered channel {channel}: packet {seq} was never sent reliably"));
+            }
+        } else if let Some(&last) = self.received[channel].last()
             && seq <= last
         {
             return Err(format!("channel {channel}: packet {seq} after {last} (duplicated or out of order)"));
@@ -169,6 +186,8 @@ struct Case {
     wrap: bool,
     /// Each side's datagram size; the connection uses the smaller.
     mtu: (u16, u16),
+    /// Channel 3 is unordered (reliable packets only) on both sides.
+    unordered: bool,
 }
 
 /// A datagram size from 128 to 9,000 bytes, the edges and common sizes often.
@@ -190,9 +209,13 @@ impl Arbitrary for Case {
             max_len: 16 + u16::arbitrary(g) % 5000,
             wrap: bool::arbitrary(g),
             mtu: (mtu(g), mtu(g)),
+            unordered: bool::arbitrary(g),
         }
     }
 }
+
+/// The channel that is unordered in the cases that have one.
+const UNORDERED: usize = 3;
 
 fn config(wrap: bool) -> HostConfig {
     sized(wrap, 1200)
@@ -244,13 +267,23 @@ fn connect(net: &mut Network, a: SocketAddr, b: SocketAddr, limit: Duration) -> 
 fn run_case(case: &Case) -> Result<String, String> {
     let (a, b) = (addr(1), addr(2));
     let mut net = Network::new(case.seed);
-    net.add_host(a, sized(case.wrap, case.mtu.0)).map_err(|e| e.to_string())?;
-    net.add_host(b, sized(case.wrap, case.mtu.1)).map_err(|e| e.to_string())?;
+    let config = |mtu| {
+        let mut c = sized(case.wrap, mtu);
+        if case.unordered {
+            c.peer.channels[UNORDERED] = ChannelConfig::unordered();
+        }
+        c
+    };
+    net.add_host(a, config(case.mtu.0)).map_err(|e| e.to_string())?;
+    net.add_host(b, config(case.mtu.1)).map_err(|e| e.to_string())?;
     net.set_link(a, b, case.ab.0);
     net.set_link(b, a, case.ba.0);
     let (pa, pb) = connect(&mut net, a, b, 60 * SEC).ok_or("never connected")?;
     let channels = 4;
-    let (mut at_b, mut at_a) = (Ledger::new(channels), Ledger::new(channels));
+    let ledger = || Ledger::new(channels).unordered(UNORDERED, case.unordered);
+    let (mut at_b, mut at_a) = (ledger(), ledger());
+    // Unordered channels carry reliable packets only.
+    let mode_on = |channel: usize, mode| if case.unordered && channel == UNORDERED { SendMode::Reliable } else { mode };
     let modes = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive];
     let mut error = None;
     let mut sent = 0u32;
@@ -281,11 +314,12 @@ fn run_case(case: &Case) -> Result<String, String> {
             let channel = (r % channels as u64) as usize;
             let mode = modes[((r >> 8) % 3) as usize];
             let len = ((r >> 16) % u64::from(case.max_len)) as usize;
-            if at_b.send(&mut net, a, pa, channel, mode, len) {
+            if at_b.send(&mut net, a, pa, channel, mode_on(channel, mode), len) {
                 backlog += len;
             }
             if r.is_multiple_of(5) {
-                at_a.send(&mut net, b, pb, (r >> 24) as usize % channels, mode, len / 4);
+                let channel = (r >> 24) as usize % channels;
+                at_a.send(&mut net, b, pb, channel, mode_on(channel, mode), len / 4);
             }
             sent += 1;
         }
@@ -353,6 +387,7 @@ fn delivery_guarantees_hold_on_every_preset() {
                 max_len: 3000,
                 wrap: seed % 2 == 0,
                 mtu: (1200, 1200),
+                unordered: seed % 4 < 2,
             };
             if let Err(e) = run_case(&case) {
                 panic!("{name}, seed {seed}: {e}");
@@ -412,6 +447,53 @@ fn a_lost_reliable_packet_stalls_only_its_own_channel() {
         assert!(during >= 5, "seed {seed}: channel 1 delivered only {during} packets during the stall");
         // ...and channel 0 delivered nothing before its lost packet.
         assert!(ledger.first_received[0].values().all(|&t| t >= first0), "seed {seed}: channel 0 skipped ahead");
+    }
+}
+
+#[test]
+fn a_lost_packet_on_an_unordered_channel_delays_no_other_packet_of_it() {
+    for seed in 0..20 {
+        let (a, b) = (addr(1), addr(2));
+        let mut net = Network::new(seed);
+        // Without repair copies, so the lost packet waits for its resend: a stall would
+        // show. Channel 0 unordered on both sides.
+        let mut cfg = config(seed % 2 == 0);
+        cfg.peer.channels[0] = ChannelConfig::unordered();
+        for c in &mut cfg.peer.channels {
+            c.repair = false;
+        }
+        net.add_host(a, cfg.clone()).unwrap();
+        net.add_host(b, cfg).unwrap();
+        net.set_link_both(a, b, LinkConditions::perfect(25 * MS));
+        let (pa, _) = connect(&mut net, a, b, 5 * SEC).unwrap();
+        net.run_for(SEC, |_| {}); // pings settle the RTT
+        let mut ledger = Ledger::new(4).unordered(0, true);
+        // Packet 0 alone in a datagram, which is dropped once; then a stream behind it,
+        // small packets and packets of several fragments.
+        net.script(a, b, move |i, _| i != 0);
+        ledger.send(&mut net, a, pa, 0, SendMode::Reliable, 100);
+        net.run_for(MS, |_| {});
+        net.clear_script(a, b);
+        let collect = |net: &mut Network, ledger: &mut Ledger| {
+            let t = net.elapsed();
+            while let Some(e) = net.poll_event(b) {
+                if let Event::Received { channel, data, .. } = e {
+                    ledger.receive(t, channel, &data).unwrap();
+                }
+            }
+        };
+        for i in 0..20 {
+            ledger.send(&mut net, a, pa, 0, SendMode::Reliable, if i % 4 == 0 { 3000 } else { 100 });
+            net.run_for(5 * MS, |net| collect(net, &mut ledger));
+        }
+        net.run_for(2 * SEC, |net| collect(net, &mut ledger));
+        // Every packet exactly once (the ledger refuses a second delivery)...
+        assert!(ledger.missing_reliable().is_empty(), "seed {seed}: {:?}", ledger.missing_reliable());
+        assert_eq!(ledger.first_received[0].len(), 21);
+        // ...and the ones behind the lost packet did not wait for it.
+        let first0 = ledger.first_received[0][&0];
+        let during = ledger.first_received[0].iter().filter(|&(&seq, &t)| seq > 0 && t < first0).count();
+        assert!(during >= 10, "seed {seed}: only {during} packets overtook the lost one");
     }
 }
 
@@ -646,6 +728,7 @@ fn two_runs_with_one_seed_give_identical_event_logs() {
         max_len: 2500,
         wrap: true,
         mtu: (1200, 1200),
+        unordered: false,
     };
     let run = || {
         let (a, b) = (addr(1), addr(2));

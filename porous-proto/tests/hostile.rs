@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use porous_proto::wire::{
-    AckRange, ConnectRequest, Control, Data, DataHeader, DataWriter, Expand, Fragment, Key, Message, MessageKind,
+    AckRange, ChannelSet, ConnectRequest, Control, Data, DataHeader, DataWriter, Expand, Fragment, Key, Message,
+    MessageKind,
 };
 use porous_proto::{DisconnectReason, Event, Host, HostConfig, PeerState, SendMode, Transmit};
 use rand_pcg::Pcg32;
 
 const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
 
 fn rng(seed: u64) -> Pcg32 {
     Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
@@ -44,10 +46,11 @@ fn request(nonce: u32) -> ConnectRequest {
         bandwidth_in: 0,
         bandwidth_out: 0,
         cookie: None,
+        unordered: ChannelSet::EMPTY,
     }
 }
 
-fn encode(c: &Control, key: Key) -> Vec<u8> {
+fn encode(c: &Control<'_>, key: Key) -> Vec<u8> {
     let mut out = Vec::new();
     c.encode(key, &mut out);
     out
@@ -74,7 +77,7 @@ impl Hostile {
     /// Completes the handshake if the host accepts it (`server` stays `None` if refused).
     fn try_connect(host: &mut Host, now: Instant, addr: SocketAddr, req: ConnectRequest) -> Self {
         let mut h = Self { addr, req, server: None, next_frame: req.frame_base, newest_server_frame: None };
-        host.handle_datagram(now, addr, &encode(&Control::Request(req), Key::version()));
+        host.handle_datagram(now, addr, &encode(&Control::request(req), Key::version()));
         host.step(now);
         for t in drain(host) {
             if let Ok(Control::RequestAck(server)) = Control::decode(&t.payload, Key::reply(req.nonce)) {
@@ -176,7 +179,7 @@ fn a_spoofed_connect_flood_allocates_little_and_a_real_client_still_gets_in() {
         host.handle_datagram(
             t0 + i * Duration::from_micros(10),
             from,
-            &encode(&Control::Request(request(i)), Key::version()),
+            &encode(&Control::request(request(i)), Key::version()),
         );
     }
     host.step(t0 + Duration::from_millis(200));
@@ -189,7 +192,7 @@ fn a_spoofed_connect_flood_allocates_little_and_a_real_client_still_gets_in() {
     // until the drain above, and its capacity stays.
     let per_pending = host.memory_usage().peers / s.pending.max(1);
     eprintln!("flood: {} pending, {} challenged, {} bytes per pending peer", s.pending, s.challenged, per_pending);
-    assert!(per_pending < 2048, "a pending handshake costs {per_pending} bytes");
+    assert!(per_pending < 1024, "a pending handshake costs {per_pending} bytes");
 
     // A real client, under the flood, answers the challenge and gets in.
     let client_addr: SocketAddr = "10.9.9.9:5000".parse().unwrap();
@@ -226,7 +229,7 @@ fn pending_handshakes_are_capped_and_an_answered_one_is_never_dropped() {
     let mut host = server(config);
     let t0 = Instant::now();
     for i in 0..100u32 {
-        host.handle_datagram(t0, addr(0, i as u8, 2000), &encode(&Control::Request(request(i)), Key::version()));
+        host.handle_datagram(t0, addr(0, i as u8, 2000), &encode(&Control::request(request(i)), Key::version()));
     }
     assert_eq!(host.stats().pending, 8);
     assert_eq!(host.stats().handshakes_deferred, 92);
@@ -239,7 +242,7 @@ fn pending_handshakes_are_capped_and_an_answered_one_is_never_dropped() {
     let later = t0 + host.config().peer.connect_timeout;
     host.step(later);
     assert_eq!(host.stats().pending, 0);
-    host.handle_datagram(later, addr(0, 50, 2000), &encode(&Control::Request(request(50)), Key::version()));
+    host.handle_datagram(later, addr(0, 50, 2000), &encode(&Control::request(request(50)), Key::version()));
     assert_eq!(host.stats().pending, 1);
 }
 
@@ -255,7 +258,7 @@ fn no_reply_before_a_connection_is_larger_than_its_request() {
             assert!(t.payload.len() <= req.len(), "{} byte reply to a {} byte request", t.payload.len(), req.len());
         }
     };
-    let req = encode(&Control::Request(request(1)), Key::version());
+    let req = encode(&Control::request(request(1)), Key::version());
     // Accepted: request+ack; challenged: cookie; refused three ways.
     check(&mut server(HostConfig::default()), &req, addr(1, 1, 1));
     let mut c = HostConfig::default();
@@ -276,8 +279,8 @@ fn no_reply_before_a_connection_is_larger_than_its_request() {
     let mut h = server(HostConfig::default());
     let hostile = Hostile::connect(&mut h, t0, addr(2, 2, 2), request(7));
     assert!(hostile.server.is_some());
-    check(&mut h, &encode(&Control::Request(request(8)), Key::version()), addr(2, 2, 2));
-    check(&mut h, &encode(&Control::Request(request(7)), Key::version()), addr(2, 2, 2));
+    check(&mut h, &encode(&Control::request(request(8)), Key::version()), addr(2, 2, 2));
+    check(&mut h, &encode(&Control::request(request(7)), Key::version()), addr(2, 2, 2));
     eprintln!("largest reply / request ratio before a connection: {worst:.2}");
     assert!(worst <= 1.0);
     // A request too short to be padded gets no answer at all.
@@ -303,7 +306,7 @@ fn an_unproven_address_never_gets_more_bytes_than_it_sent() {
     ] {
         let mut host = server(config);
         let victim = addr(5, 5, 5);
-        let req = encode(&Control::Request(request(77)), Key::version());
+        let req = encode(&Control::request(request(77)), Key::version());
         host.handle_datagram(t0, victim, &req);
         let mut now = t0;
         let mut sent = 0;
@@ -337,7 +340,7 @@ fn a_blind_attacker_can_neither_inject_data_nor_disconnect() {
             out
         };
         host.handle_datagram(t0, client, &keyed(Key::connection(guess, guess.wrapping_mul(7))));
-        host.handle_datagram(t0, client, &encode(&Control::Disconnect, Key::connection(guess, 1)));
+        host.handle_datagram(t0, client, &encode(&Control::Disconnect { code: 0 }, Key::connection(guess, 1)));
     }
     host.step(t0);
     assert!(std::iter::from_fn(|| host.poll_event()).next().is_none(), "nothing got through");
@@ -349,8 +352,11 @@ fn a_blind_attacker_can_neither_inject_data_nor_disconnect() {
     let frame = hostile.frame(&[msg], &[], None);
     host.handle_datagram(t0, client, &frame);
     assert!(matches!(host.poll_event(), Some(Event::Received { .. })));
-    host.handle_datagram(t0, client, &encode(&Control::Disconnect, hostile.keys().0));
-    assert!(matches!(host.poll_event(), Some(Event::Disconnected { reason: DisconnectReason::Remote, .. })));
+    host.handle_datagram(t0, client, &encode(&Control::Disconnect { code: 0 }, hostile.keys().0));
+    assert!(matches!(
+        host.poll_event(),
+        Some(Event::Disconnected { reason: DisconnectReason::Remote { code: 0 }, .. })
+    ));
 }
 
 #[test]
@@ -558,7 +564,7 @@ fn absurd_negotiated_parameters_are_clamped_or_refused() {
     host.handle_datagram(
         t0,
         addr(10, 10, 11),
-        &encode(&Control::Request(ConnectRequest { channels: 255, ..request(62) }), Key::version()),
+        &encode(&Control::request(ConnectRequest { channels: 255, ..request(62) }), Key::version()),
     );
     assert_eq!(host.peers().count(), before);
     assert!(drain(&mut host).iter().any(|t| Control::decode(&t.payload, Key::reply(62)).is_ok()));
@@ -660,4 +666,240 @@ fn frames_packed_around_progress_stay_within_the_reassembly_cap() {
             assert_eq!(delivered, 1500);
         }
     }
+}
+
+/// A request from `nonce` carrying `data` as connect data.
+fn request_with(nonce: u32, data: &[u8]) -> Vec<u8> {
+    encode(&Control::Request { request: request(nonce), data }, Key::version())
+}
+
+fn manual() -> HostConfig {
+    let mut c = HostConfig::default();
+    c.manual_accept = true;
+    c
+}
+
+/// The requests awaiting the application's decision, from the host's events.
+fn asked(host: &mut Host) -> Vec<(porous_proto::PeerId, Bytes)> {
+    std::iter::from_fn(|| host.poll_event())
+        .filter_map(|e| match e {
+            Event::ConnectRequest { peer, data, .. } => Some((peer, data)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn connect_data_and_manual_admission_never_make_a_reply_larger_than_its_request() {
+    let t0 = Instant::now();
+    let mut worst: f64 = 0.0;
+    let mut ratio = |replies: &[Transmit], req: &[u8]| {
+        for t in replies {
+            worst = worst.max(t.payload.len() as f64 / req.len() as f64);
+            assert!(t.payload.len() <= req.len(), "{} byte reply to a {} byte request", t.payload.len(), req.len());
+        }
+    };
+    for len in [0, 1, 100, porous_proto::wire::MAX_CONNECT_DATA] {
+        let data = vec![0x5A; len];
+        let req = request_with(1, &data);
+        // Accepted, challenged, refused for a mismatch, refused as not accepting.
+        let mut challenging = HostConfig::default();
+        challenging.challenge_above = 0;
+        let mut other_version = HostConfig::default();
+        other_version.peer.app_version = 3;
+        let mut closed = HostConfig::default();
+        closed.accept_incoming = false;
+        for config in [HostConfig::default(), challenging, other_version, closed] {
+            let mut host = server(config);
+            host.handle_datagram(t0, addr(1, 2, 3), &req);
+            host.step(t0);
+            let replies = drain(&mut host);
+            assert_eq!(replies.len(), 1);
+            ratio(&replies, &req);
+        }
+        // Manual admission: nothing until the application decides, however often the
+        // requester retries; then one reply, accepted or rejected.
+        for accept in [true, false] {
+            let mut host = server(manual());
+            let from = addr(1, 2, 4);
+            for retry in 0..5 {
+                host.handle_datagram(t0 + retry * 200 * MS, from, &req);
+                host.step(t0 + retry * 200 * MS);
+            }
+            assert!(drain(&mut host).is_empty(), "an undecided request gets no answer");
+            let requests = asked(&mut host);
+            assert_eq!(requests.len(), 1, "one event for five copies of the request");
+            assert_eq!(&requests[0].1[..], &data[..]);
+            let now = t0 + SEC;
+            if accept {
+                host.accept(now, requests[0].0).unwrap();
+            } else {
+                host.reject(now, requests[0].0, 7).unwrap();
+            }
+            host.step(now);
+            let replies = drain(&mut host);
+            assert_eq!(replies.len(), 1);
+            ratio(&replies, &req);
+            let reply = Control::decode(&replies[0].payload, Key::reply(1)).unwrap();
+            if accept {
+                assert!(matches!(reply, Control::RequestAck(_)));
+            } else {
+                assert_eq!(reply, Control::Refuse(porous_proto::wire::RefuseReason::Rejected(7)));
+            }
+        }
+    }
+    eprintln!("largest reply / request ratio before a connection, with connect data: {worst:.2}");
+    assert!(worst <= 1.0);
+}
+
+#[test]
+fn a_request_awaiting_the_application_holds_no_more_than_a_pending_handshake_and_a_reject_frees_it() {
+    let t0 = Instant::now();
+    let mut config = manual();
+    config.max_pending = 64;
+    config.challenge_above = 1000;
+    let mut host = server(config);
+    let baseline = host.memory_usage().peers;
+    let data = [0xA5; porous_proto::wire::MAX_CONNECT_DATA];
+    for i in 0..100u32 {
+        host.handle_datagram(t0, addr(7, i as u8, 4000), &request_with(i, &data));
+    }
+    host.step(t0);
+    let s = host.stats();
+    assert_eq!((s.pending, s.handshakes_deferred), (64, 36), "awaiting requests are pending handshakes");
+    let requests = asked(&mut host);
+    assert_eq!(requests.len(), 64);
+    let per_request = (host.memory_usage().peers - baseline) / 64;
+    eprintln!("a request awaiting the application, with 256 bytes of connect data: {per_request} bytes");
+    assert!(per_request < 1024 + data.len(), "{per_request} bytes per awaiting request");
+    assert!(drain(&mut host).is_empty());
+    // The same requester, spoofed with another nonce and other data, changes nothing:
+    // the request the application sees is the one it decides.
+    host.handle_datagram(t0, addr(7, 0, 4000), &request_with(9999, b"mallory"));
+    assert!(asked(&mut host).is_empty() && drain(&mut host).is_empty());
+    // Rejected, each costs one refusal smaller than its request, and nothing stays.
+    let now = t0 + 10 * MS;
+    for (peer, _) in &requests {
+        host.reject(now, *peer, 1).unwrap();
+    }
+    host.step(now);
+    let refusals = drain(&mut host);
+    assert_eq!(refusals.len(), 64);
+    assert!(refusals.iter().all(|t| t.payload.len() < 64));
+    let s = host.stats();
+    assert_eq!((s.peers, s.pending, s.rejected), (0, 0, 64));
+    assert_eq!(host.memory_usage().peers, 0);
+}
+
+#[test]
+fn oversized_connect_data_is_dropped_unanswered_and_allocates_nothing() {
+    let t0 = Instant::now();
+    for config in [HostConfig::default(), manual()] {
+        let mut host = server(config);
+        let max = porous_proto::wire::MAX_CONNECT_DATA;
+        // One byte too many (the encoder writes it; no decoder takes it), and data whose
+        // length runs past the datagram.
+        let too_long = request_with(1, &vec![1; max + 1]);
+        let mut cut = request_with(2, &[2; 200]);
+        cut.truncate(cut.len() - 10);
+        for bad in [too_long, cut] {
+            host.handle_datagram(t0, addr(8, 8, 8), &bad);
+        }
+        host.step(t0);
+        assert!(drain(&mut host).is_empty(), "no answer");
+        assert!(host.poll_event().is_none(), "no event");
+        let s = host.stats();
+        assert_eq!((s.malformed, s.peers, s.pending), (2, 0, 0));
+        // The largest allowed is taken.
+        host.handle_datagram(t0, addr(8, 8, 9), &request_with(3, &vec![3; max]));
+        assert_eq!(host.stats().pending, 1);
+    }
+}
+
+/// An unordered channel under a hostile sender: packets that never complete the window's
+/// base, first fragments newest first (each would be the oldest held), and modes the
+/// channel does not carry. Memory stays within the bound (`PeerConfig::memory_limit`:
+/// the reassembly cap plus a few packets, and one window's bitmap of delivered ids), and
+/// nothing is delivered twice or held up behind a missing packet.
+#[test]
+fn an_unordered_channel_stays_within_its_bounds_whatever_a_hostile_sender_numbers() {
+    let t0 = Instant::now();
+    let cap = 256 * 1024;
+    let max_packet: usize = 64 * 1024;
+    let chunk = porous_proto::wire::fragment_payload(1200);
+    let count = max_packet.div_ceil(chunk) as u32;
+    let mut config = HostConfig::default();
+    config.peer.channels[0] = porous_proto::ChannelConfig::unordered();
+    config.peer.max_reassembly_bytes = cap;
+    config.peer.max_packet_size = max_packet;
+    let limit = config.peer.memory_limit();
+    let req = ConnectRequest { unordered: [0].into_iter().collect(), ..request(71) };
+    let whole = |id: u32| Message { channel: 0, ..fragment(id, SendMode::Reliable, 0, 1, b"w") };
+
+    // 65,535 whole packets, every id of the window but its base: all delivered at once,
+    // none held, the bitmap of what was delivered at most a window's worth.
+    let mut host = server(config.clone());
+    let client = addr(12, 0, 1);
+    let mut hostile = Hostile::connect(&mut host, t0, client, req);
+    let peer = host.peer_by_addr(client).unwrap();
+    while host.poll_event().is_some() {}
+    let mut delivered = 0;
+    let mut worst = 0;
+    for batch in (1..65_536u32).collect::<Vec<_>>().chunks(150) {
+        let msgs: Vec<Message<'_>> = batch.iter().map(|&id| whole(id)).collect();
+        let f = hostile.frame(&msgs, &[], None);
+        host.handle_datagram(t0, client, &f);
+        delivered += std::iter::from_fn(|| host.poll_event()).filter(|e| matches!(e, Event::Received { .. })).count();
+        worst = worst.max(host.memory_usage().peers);
+    }
+    assert_eq!(delivered, 65_535, "nothing waited for the missing base");
+    assert_eq!(host.peer_stats(peer).unwrap().reassembly_bytes, 0);
+    eprintln!("65,535 packets delivered around a missing one: peer memory peaked at {worst} bytes (bound {limit})");
+    assert!(worst <= limit);
+    // The base arrives; resends and replays of anything delivered deliver nothing.
+    let f = hostile.frame(&[whole(0)], &[], None);
+    host.handle_datagram(t0, client, &f);
+    let replay: Vec<Message<'_>> = [0, 1, 777, 65_535].into_iter().map(whole).collect();
+    let f = hostile.frame(&replay, &[], None);
+    host.handle_datagram(t0, client, &f);
+    let again = std::iter::from_fn(|| host.poll_event()).filter(|e| matches!(e, Event::Received { .. })).count();
+    assert_eq!(again, 1, "only the base was new");
+
+    // First fragments of the largest packets, newest first: each is the oldest held when
+    // it arrives, but only the window's base may pass the cap.
+    let mut host = server(config.clone());
+    let client = addr(12, 0, 2);
+    let mut hostile = Hostile::connect(&mut host, t0, client, req);
+    let peer = host.peer_by_addr(client).unwrap();
+    let payload = vec![5u8; chunk];
+    let bound = cap + 4 * (3 * (count as usize * chunk + 200) + 1300);
+    let mut worst = 0;
+    for round in 0..1500u32 {
+        let f = hostile.frame(
+            &[Message { channel: 0, ..fragment(30_000 - round, SendMode::Reliable, 0, count, &payload) }],
+            &[],
+            None,
+        );
+        host.handle_datagram(t0 + round * MS, client, &f);
+        worst = worst.max(host.peer_stats(peer).unwrap().reassembly_bytes);
+    }
+    eprintln!("unordered, newest first: reassembly peaked at {worst} bytes (bound {bound})");
+    assert!(worst <= bound);
+
+    // Unreliable and passive packets on the unordered channel are violations: counted,
+    // neither stored nor delivered.
+    let mut host = server(config);
+    let client = addr(12, 0, 3);
+    let mut hostile = Hostile::connect(&mut host, t0, client, req);
+    let peer = host.peer_by_addr(client).unwrap();
+    while host.poll_event().is_some() {}
+    let msgs = [
+        Message { channel: 0, ..fragment(0, SendMode::Unreliable, 0, 1, b"u") },
+        Message { channel: 0, ..fragment(1, SendMode::Passive, 0, 2, &payload) },
+    ];
+    let f = hostile.frame(&msgs, &[], None);
+    host.handle_datagram(t0, client, &f);
+    let s = host.peer_stats(peer).unwrap();
+    assert!(host.poll_event().is_none());
+    assert_eq!((s.protocol_violations, s.reassembly_bytes), (2, 0));
 }

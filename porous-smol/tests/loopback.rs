@@ -96,7 +96,7 @@ fn connects_accepts_and_exchanges_packets_both_ways() {
         to_client.send(3, b"pong".to_vec(), SendMode::Reliable).unwrap();
         assert_eq!(to_server.recv().await.unwrap(), Packet::new(3, SendMode::Reliable, "pong"));
         assert_eq!(to_server.disconnect().await, DisconnectReason::Local);
-        assert_eq!(to_client.recv().await, Err(Disconnected(DisconnectReason::Remote)));
+        assert_eq!(to_client.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
     });
 }
 
@@ -125,7 +125,7 @@ fn errors_are_the_cores_own() {
         to_server.disconnect_now();
         assert_eq!(to_server.send(0, &b"x"[..], SendMode::Reliable), Err(SendError::NotConnected));
         assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::Local)));
-        assert_eq!(to_client.recv().await, Err(Disconnected(DisconnectReason::Remote)));
+        assert_eq!(to_client.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
     });
 }
 
@@ -226,7 +226,7 @@ fn disconnect_flushes_everything_sent_first() {
                     next[channel] += 1;
                 }
                 Err(end) => {
-                    assert_eq!(end, Disconnected(DisconnectReason::Remote));
+                    assert_eq!(end, Disconnected(DisconnectReason::Remote { code: 0 }));
                     break;
                 }
             }
@@ -448,7 +448,7 @@ fn dropping_handles_during_traffic_stops_the_driver() {
         }
         // Dropping the last handle, with packets still arriving, ends the connection and the driver.
         drop(to_server);
-        assert_eq!(streaming.await, Err(Disconnected(DisconnectReason::Remote)));
+        assert_eq!(streaming.await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
         // The driver closed the socket: its port can be bound again.
         until(|| std::net::UdpSocket::bind(addr).is_ok()).await;
     });
@@ -466,9 +466,9 @@ fn unaccepted_connections_end_once_no_host_handle_is_left() {
         let queued = two.connect(addr).await.unwrap();
         // The accepted Peer keeps the server's driver running without a Host handle.
         drop(server);
-        assert_eq!(queued.recv().await, Err(Disconnected(DisconnectReason::Remote)));
+        assert_eq!(queued.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
         let refused = three.connect(addr).await.unwrap();
-        assert_eq!(refused.recv().await, Err(Disconnected(DisconnectReason::Remote)));
+        assert_eq!(refused.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
 
         accepted.send(0, &b"still here"[..], SendMode::Reliable).unwrap();
         assert_eq!(on_server.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "still here"));

@@ -273,6 +273,11 @@ impl ChannelReceiver {
         let need = self.memory_need(m);
         if need == 0 {
             Admission::Free
+        } else if self.unordered {
+            // Unordered: the packet at the base is the oldest not delivered, the one whose
+            // fragments the sender resends first; it is unique. Whole packets are delivered
+            // at once and need nothing (`memory_need`).
+            if self.charged == 0 || m.id == self.base { Admission::Progress } else { Admission::Needs(need) }
         } else if self.charged == 0
             || self.delivered_at_once(m, summary)
             || self.is_head_of_line(m, summary)
@@ -293,6 +298,8 @@ impl ChannelReceiver {
         let existing = self.find(m.id).ok().and_then(|i| self.queue.get(i));
         match (m.kind, existing) {
             (MessageKind::WindowAck | MessageKind::Sentinel, _) => 0,
+            // Refused as violations on an unordered channel: nothing to store.
+            (MessageKind::Fragment(mode), _) if self.unordered && mode != SendMode::Reliable => 0,
             (MessageKind::Fragment(_), Some(e)) if !matches!(e.body, EntryData::Empty) => 0,
             (MessageKind::Fragment(_), _) => charge(m, self.fragment_size),
         }

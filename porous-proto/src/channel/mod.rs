@@ -10,7 +10,8 @@
 //! Guarantees, per channel and direction:
 //!
 //! - reliable packets are delivered exactly once, in send order, and the channel stalls
-//!   until each is;
+//!   until each is; on an unordered channel (reliable packets only) exactly once, each as
+//!   soon as it is complete, and nothing stalls;
 //! - unreliable and passive packets are delivered at most once and never out of order; an
 //!   undelivered one is skipped only when a newer packet is delivered;
 //! - a stall is confined to its channel; once losses stop, sentinels and window
@@ -39,7 +40,7 @@ use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
 use crate::transfer::{IdPolicy, OutMessage, Tag, Transfer};
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 pub(crate) use admission::{Budget, ENTRY_OVERHEAD, FrameAdmission, MAX_DISPLACED};
-pub(crate) use recv::{ChannelReceiver, ENTRY_SIZE};
+pub(crate) use recv::{ChannelReceiver, DELIVERED_WORDS, ENTRY_SIZE};
 pub(crate) use send::{ChannelSender, Packet, WindowAck, packet_cost};
 
 /// The channel window constants, parameters so tests can use the spec's small figures.
@@ -230,8 +231,9 @@ impl Channels {
             .map(|(i, c)| Channel {
                 index: i as u8,
                 send: ChannelSender::new(i as u8, c.priority, params, fragment, send_base)
-                    .with_unreliable_policy(c.unreliable_deadline, c.latest_only),
-                recv: ChannelReceiver::new(params, fragment, recv_max_packet, recv_base),
+                    .with_unreliable_policy(c.unreliable_deadline, c.latest_only)
+                    .with_unordered(c.unordered),
+                recv: ChannelReceiver::new(params, fragment, recv_max_packet, recv_base).with_unordered(c.unordered),
             })
             .collect();
         Self {
@@ -264,6 +266,9 @@ impl Channels {
         let (Some(ch), Some(&cap)) = (self.channels.get_mut(channel), self.caps.get(channel)) else {
             return Err(SendError::NoSuchChannel { channel, channels });
         };
+        if ch.send.unordered() && mode != SendMode::Reliable {
+            return Err(SendError::ModeNotAllowed { channel, mode });
+        }
         let size = data.len();
         if size > self.send_max_packet {
             return Err(SendError::TooLarge { size, max: self.send_max_packet });

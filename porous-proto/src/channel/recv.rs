@@ -19,6 +19,17 @@
 //! Consuming or delivering `c` sets `m_b = c + 1`. When `m_b` passes an id `m` with
 //! `m mod M = M - 1`, a window acknowledgement for the newest such `m` is owed (§3.2.1).
 //!
+//! An *unordered* channel carries reliable packets only and delivers each as soon as it is
+//! complete: a whole packet at once, a fragmented one when its last fragment arrives,
+//! whatever is missing before it. Its ids then arrive out of order and are delivered out
+//! of order, so `m_b` can no longer follow the newest delivery: it is the oldest id not yet
+//! delivered, and the ids delivered beyond it are remembered in a bitmap relative to it
+//! ([`Delivered`], at most one window of bits: 8 KiB). An id below `m_b` or marked in the
+//! bitmap is stale, which is what makes a duplicate (a resend, a repair copy, a network
+//! duplicate) never reach the application twice. Every id is eventually delivered, since
+//! every packet is reliable, so `m_b` always catches up and window acknowledgements keep
+//! the sender's window moving.
+//!
 //! Memory: every entry holding data is charged to the peer's reassembly [`Budget`];
 //! entries holding only a sentinel are not (there are at most N_Q / M of them in a
 //! window). Admission ([`ChannelReceiver::admission`]) lets through, whatever the budget,
@@ -105,6 +116,57 @@ impl Entry {
     }
 }
 
+/// Ids delivered beyond the window base of an unordered channel: bit `i` of `words` is
+/// id `start + i`, `start` being a multiple of 64 at or below the base. Ids below the base
+/// are all delivered, and ids are never delivered beyond the window, so the bitmap spans at
+/// most one window ([`DELIVERED_WORDS`] words).
+#[derive(Debug, Default)]
+pub(super) struct Delivered {
+    start: u32,
+    words: VecDeque<u64>,
+}
+
+/// Most words of a [`Delivered`] bitmap at the protocol's window.
+pub(crate) const DELIVERED_WORDS: usize = crate::seq::PACKET_WINDOW as usize / 64 + 1;
+
+impl Delivered {
+    fn contains(&self, id: u32) -> bool {
+        let off = SeqSpace::PACKET.distance(self.start, id) as usize;
+        self.words.get(off / 64).is_some_and(|w| w & (1 << (off % 64)) != 0)
+    }
+
+    /// Marks `id`, which lies in the window that starts at `base`.
+    fn insert(&mut self, base: u32, id: u32) {
+        if self.words.is_empty() {
+            self.start = base & !63 & SeqSpace::PACKET.mask();
+        }
+        let off = SeqSpace::PACKET.distance(self.start, id) as usize;
+        if self.words.len() <= off / 64 {
+            self.words.resize(off / 64 + 1, 0);
+        }
+        if let Some(w) = self.words.get_mut(off / 64) {
+            *w |= 1 << (off % 64);
+        }
+    }
+
+    /// The base moved past every delivered id it reaches from `base`; forgets the words
+    /// behind it.
+    fn advance(&mut self, mut base: u32) -> u32 {
+        while self.contains(base) {
+            base = SeqSpace::PACKET.add(base, 1);
+        }
+        while !self.words.is_empty() && SeqSpace::PACKET.distance(self.start, base) >= 64 {
+            self.words.pop_front();
+            self.start = SeqSpace::PACKET.add(self.start, 64);
+        }
+        base
+    }
+
+    fn memory(&self) -> usize {
+        self.words.capacity() * size_of::<u64>()
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct ChannelReceiver {
     pub(super) params: ChannelParams,
@@ -122,6 +184,10 @@ pub(crate) struct ChannelReceiver {
     pub(super) attached: usize,
     /// Markers of displaced passive packets in the queue.
     pub(super) displaced: usize,
+    /// Delivers each packet as soon as it is complete (reliable packets only).
+    pub(super) unordered: bool,
+    /// On an unordered channel, the ids delivered beyond `base`.
+    delivered: Delivered,
 }
 
 impl ChannelReceiver {
@@ -138,7 +204,15 @@ impl ChannelReceiver {
             window_ack: None,
             attached: 0,
             displaced: 0,
+            unordered: false,
+            delivered: Delivered::default(),
         }
+    }
+
+    /// Makes the channel unordered (see the module docs).
+    pub(crate) fn with_unordered(mut self, unordered: bool) -> Self {
+        self.unordered = unordered;
+        self
     }
 
     /// `m_b`.
@@ -156,8 +230,10 @@ impl ChannelReceiver {
         SeqSpace::PACKET.distance(self.base, id)
     }
 
+    /// Whether `id` may still be delivered: inside the window, and on an unordered channel
+    /// not delivered already.
     pub(super) fn is_new(&self, id: u32) -> bool {
-        self.offset(id) < self.params.window
+        self.offset(id) < self.params.window && !(self.unordered && self.delivered.contains(id))
     }
 
     pub(super) fn dependency_met(&self, id: u32, dependency: u32) -> bool {
@@ -173,6 +249,14 @@ impl ChannelReceiver {
     /// case, which [`ChannelReceiver::deliver_now`] hands over without the queue or the
     /// budget.
     pub(super) fn is_next_whole(&self, m: &Message<'_>) -> bool {
+        if self.unordered {
+            // Any whole packet not delivered yet (and not begun as a fragmented one).
+            return m.fragment.count == 1
+                && m.kind == MessageKind::Fragment(SendMode::Reliable)
+                && self.is_new(m.id)
+                && self.check_fragment(m).is_ok()
+                && self.find(m.id).is_err();
+        }
         self.queue.is_empty()
             && m.id == self.base
             && m.fragment.count == 1
@@ -192,8 +276,20 @@ impl ChannelReceiver {
         if !self.is_next_whole(m) {
             return None;
         }
-        self.advance(SeqSpace::PACKET.add(m.id, 1));
+        if self.unordered {
+            self.mark_delivered(m.id);
+        } else {
+            self.advance(SeqSpace::PACKET.add(m.id, 1));
+        }
         Some((payload(), mode))
+    }
+
+    /// Notes that `id` was delivered on an unordered channel, and moves the base past
+    /// every delivered id it reaches.
+    fn mark_delivered(&mut self, id: u32) {
+        self.delivered.insert(self.base, id);
+        let to = self.delivered.advance(self.base);
+        self.advance(to);
     }
 
     /// Stores a fragment or sentinel message. `payload` is `m.payload` as shared bytes;
@@ -217,6 +313,10 @@ impl ChannelReceiver {
             MessageKind::Sentinel => None,
             MessageKind::WindowAck => return Ok(true),
         };
+        if self.unordered && mode != Some(SendMode::Reliable) {
+            // Unordered channels carry reliable packets only.
+            return Err(Violation::Inconsistent);
+        }
         if mode.is_some() {
             self.check_fragment(m)?;
         }
@@ -282,6 +382,9 @@ impl ChannelReceiver {
     /// Delivers what the receive queue allows, calling `out` with each packet (and how it
     /// was sent) in order.
     pub(crate) fn deliver(&mut self, budget: &mut Budget, mut out: impl FnMut(Bytes, SendMode)) {
+        if self.unordered {
+            return self.deliver_unordered(budget, out);
+        }
         while let Some(newest) = self.queue.back().map(|e| e.id) {
             let mut action = None;
             for (i, e) in self.queue.iter().enumerate() {
@@ -314,6 +417,29 @@ impl ChannelReceiver {
         }
     }
 
+    /// Delivers every complete packet of an unordered channel, whatever is missing before
+    /// it, and moves the base past what it reaches.
+    fn deliver_unordered(&mut self, budget: &mut Budget, mut out: impl FnMut(Bytes, SendMode)) {
+        if !self.queue.iter().any(Entry::complete) {
+            return;
+        }
+        let mut queue = std::mem::take(&mut self.queue);
+        queue.retain_mut(|e| {
+            if !e.complete() {
+                return true;
+            }
+            self.release(e, budget);
+            self.delivered.insert(self.base, e.id);
+            if let Some(data) = e.take_data() {
+                out(data, SendMode::Reliable);
+            }
+            false
+        });
+        self.queue = queue;
+        let to = self.delivered.advance(self.base);
+        self.advance(to);
+    }
+
     fn release(&mut self, e: &Entry, budget: &mut Budget) {
         self.displaced -= usize::from(e.displaced);
         budget.credit(e.charged);
@@ -333,7 +459,7 @@ impl ChannelReceiver {
 
     /// Bytes of the receive queue's own storage (its data is charged to the budget).
     pub(crate) fn memory(&self) -> usize {
-        self.queue.capacity() * size_of::<Entry>()
+        self.queue.capacity() * size_of::<Entry>() + self.delivered.memory()
     }
 
     /// Copies every whole packet that still shares a datagram buffer into its own.

@@ -7,7 +7,8 @@
 //! N_Q (the window already orders such packets). Packets larger than one fragment are cut
 //! into fragments that share the caller's buffer. Unreliable packets whose id satisfies
 //! `id mod M = M - 1` are followed by a reliable sentinel message with the same id and
-//! dependency.
+//! dependency. On an unordered channel every packet is reliable and depends on nothing:
+//! the receiver delivers each as soon as it is complete.
 //!
 //! All messages go to the transfer layer at the channel's priority, in order.
 
@@ -68,6 +69,8 @@ pub(crate) struct ChannelSender {
     deadline: Option<Duration>,
     /// A newer unreliable packet replaces older ones still queued.
     latest_only: bool,
+    /// The receiver delivers in any order: packets carry no dependency.
+    unordered: bool,
     waiting_bytes: usize,
 }
 
@@ -90,8 +93,20 @@ impl ChannelSender {
             waiting: VecDeque::new(),
             deadline: None,
             latest_only: false,
+            unordered: false,
             waiting_bytes: 0,
         }
+    }
+
+    /// Makes the channel unordered: its packets carry no dependency.
+    pub(crate) fn with_unordered(mut self, unordered: bool) -> Self {
+        self.unordered = unordered;
+        self
+    }
+
+    /// Whether the channel is unordered (and so carries reliable packets only).
+    pub(crate) fn unordered(&self) -> bool {
+        self.unordered
     }
 
     /// Sets the channel's policy for unreliable data: its deadline, and whether a newer
@@ -164,7 +179,7 @@ impl ChannelSender {
         let id = self.next;
         self.next = s.add(id, 1);
         let dependency = match self.last_reliable {
-            Some(r) if s.distance(r, id) < self.params.window => s.distance(r, id),
+            Some(r) if !self.unordered && s.distance(r, id) < self.params.window => s.distance(r, id),
             _ => 0,
         };
         if mode == SendMode::Reliable {

@@ -282,10 +282,30 @@ impl Caps {
 #[derive(Clone, Copy, Debug, Default)]
 struct Stranger {
     request: Option<ConnectRequest>,
-    reply: Option<Control>,
+    reply: Option<Control<'static>>,
     proven: bool,
     bytes_in: usize,
     bytes_out: usize,
+}
+
+/// A stranger's connect data: 0 to 256 bytes taken from its request's nonce.
+fn connect_data(req: &ConnectRequest) -> Vec<u8> {
+    let len = req.nonce as usize % (wire::MAX_CONNECT_DATA + 1);
+    req.nonce.to_le_bytes().into_iter().cycle().take(len).collect()
+}
+
+/// A reply as a stranger keeps it: replies carry no connect data, so nothing is lost.
+fn kept(c: Control<'_>) -> Control<'static> {
+    match c {
+        Control::Request { request, .. } => Control::request(request),
+        Control::RequestAck(r) => Control::RequestAck(r),
+        Control::Ack => Control::Ack,
+        Control::AckOther { acked } => Control::AckOther { acked },
+        Control::Refuse(r) => Control::Refuse(r),
+        Control::Challenge(c) => Control::Challenge(c),
+        Control::Disconnect { code } => Control::Disconnect { code },
+        Control::DisconnectAck => Control::DisconnectAck,
+    }
 }
 
 /// What one side has sent on one connection, for checking what the other delivers.
@@ -409,7 +429,9 @@ impl World {
                 req.cookie = None;
                 let st = &mut self.strangers[usize::from(i)];
                 (st.request, st.reply) = (Some(req), None);
-                self.stranger_sends(i, &Control::Request(req), Key::version());
+                // Connect data from the request's own bytes, so scripts read as before.
+                let data = connect_data(&req);
+                self.stranger_sends(i, &Control::Request { request: req, data: &data }, Key::version());
             }
             Step::Answer { stranger } => self.answer(stranger % STRANGERS),
             Step::Send { from, channel, len, mode } => {
@@ -498,7 +520,7 @@ impl World {
         }
     }
 
-    fn stranger_sends(&mut self, i: u8, c: &Control, key: Key) {
+    fn stranger_sends(&mut self, i: u8, c: &Control<'_>, key: Key) {
         let mut out = Vec::new();
         c.encode(key, &mut out);
         if let Some(st) = self.strangers.get_mut(usize::from(i)) {
@@ -520,7 +542,8 @@ impl World {
             }
             (Some(mut req), Some(Control::Challenge(cookie))) => {
                 req.cookie = Some(cookie);
-                self.stranger_sends(i, &Control::Request(req), Key::version());
+                let data = connect_data(&req);
+                self.stranger_sends(i, &Control::Request { request: req, data: &data }, Key::version());
             }
             _ => {}
         }
@@ -603,7 +626,7 @@ impl World {
             if let Some(req) = st.request
                 && let Ok(c) = Control::decode(&payload, Key::reply(req.nonce))
             {
-                st.reply = Some(c);
+                st.reply = Some(kept(c));
             }
         }
     }

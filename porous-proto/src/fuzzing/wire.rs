@@ -5,8 +5,8 @@ use arbitrary::{Arbitrary, Unstructured};
 
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 use crate::wire::{
-    self, AckRange, COOKIE_LEN, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, Expand, Fragment, Key,
-    MAX_ACK_RANGES, MAX_FRAGMENTS, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
+    self, AckRange, COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, Expand,
+    Fragment, Key, MAX_ACK_RANGES, MAX_FRAGMENTS, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
 };
 
 /// Expansion references a receiver might hold.
@@ -143,8 +143,8 @@ pub(super) fn ack_ranges(newest: u32, shape: &[(u8, u8)]) -> Vec<AckRange> {
 
 /// A valid datagram built from arbitrary input, with the references to decode it.
 #[derive(Debug)]
-pub enum ArbitraryDatagram {
-    Control(Control),
+pub enum ArbitraryDatagram<'a> {
+    Control(Control<'a>),
     Data {
         refs: Refs,
         frame: Option<u32>,
@@ -190,7 +190,23 @@ pub(super) fn arbitrary_request(u: &mut Unstructured<'_>) -> arbitrary::Result<C
         bandwidth_in: u.arbitrary()?,
         bandwidth_out: u.arbitrary()?,
         cookie: u.arbitrary::<Option<[u8; COOKIE_LEN]>>()?.map(Cookie),
+        // Drawn by the wire targets only (`arbitrary_request_with_unordered`), so host scripts
+        // read as before.
+        unordered: ChannelSet::EMPTY,
     })
+}
+
+/// An arbitrary request with an arbitrary set of unordered channels among its own.
+fn arbitrary_request_with_unordered(u: &mut Unstructured<'_>) -> arbitrary::Result<ConnectRequest> {
+    let mut request = arbitrary_request(u)?;
+    if u.arbitrary()? {
+        for c in 0..request.channels {
+            if u.ratio(1, 4)? {
+                request.unordered.insert(c);
+            }
+        }
+    }
+    Ok(request)
 }
 
 fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<OwnedMessage> {
@@ -214,17 +230,21 @@ fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<
     Ok(OwnedMessage { kind, channel, id, dependency, fragment, payload })
 }
 
-impl<'a> Arbitrary<'a> for ArbitraryDatagram {
+impl<'a> Arbitrary<'a> for ArbitraryDatagram<'a> {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
         if u.ratio(1, 4)? {
             let c = match u.int_in_range(0..=7u8)? {
-                0 => Control::Request(arbitrary_request(u)?),
-                1 => Control::RequestAck(arbitrary_request(u)?),
+                0 => {
+                    let request = arbitrary_request_with_unordered(u)?;
+                    let len = u.int_in_range(0..=wire::MAX_CONNECT_DATA)?;
+                    Control::Request { request, data: u.bytes(len.min(u.len()))? }
+                }
+                1 => Control::RequestAck(arbitrary_request_with_unordered(u)?),
                 2 => Control::Ack,
                 3 => Control::AckOther { acked: u.arbitrary()? },
                 4 => Control::Refuse(RefuseReason::arbitrary(u)?),
                 5 => Control::Challenge(Cookie(u.arbitrary()?)),
-                6 => Control::Disconnect,
+                6 => Control::Disconnect { code: u.arbitrary()? },
                 _ => Control::DisconnectAck,
             };
             return Ok(Self::Control(c));
@@ -290,7 +310,15 @@ pub fn roundtrip(data: &[u8]) -> usize {
             let key = Key::reply(7);
             let mut out = Vec::new();
             let n = c.encode(key, &mut out);
-            assert!(n <= wire::REQUEST_SIZE);
+            match c {
+                Control::Request { request: r, data } => {
+                    let bitmap = r.unordered.wire_len(r.channels);
+                    assert!(n <= wire::REQUEST_SIZE.max(wire::REQUEST_OVERHEAD_MAX + data.len()) + bitmap);
+                }
+                // A reply is as large as the request it answers, less connect data.
+                Control::RequestAck(r) => assert_eq!(n, wire::REQUEST_SIZE + r.unordered.wire_len(r.channels)),
+                _ => assert!(n <= wire::REQUEST_SIZE),
+            }
             assert_eq!(Control::decode(&out, key), Ok(c));
             1
         }

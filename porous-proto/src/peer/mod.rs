@@ -24,9 +24,14 @@
 //! frame proves the sender holds this side's nonce, so it counts as the acknowledgement
 //! (the spec's lost-acknowledgement case, Figure 2 (a), then costs nothing).
 //!
-//! Until it is connected a peer holds only its handshake state (about 1.5 kB); the
-//! session (transfer layer, channels, buffers) is made when the connection is, so a flood
-//! of requests costs little memory per pending peer.
+//! Until it is connected a peer holds only its handshake state (560 bytes, plus any connect
+//! data); the session (transfer layer, channels, buffers), boxed, is made when the
+//! connection is, so a flood of requests costs little memory per pending peer.
+//!
+//! Under manual admission an incoming request first awaits the application's decision: it
+//! is reported once (`Event::ConnectRequest`), left unanswered, and its retries, or
+//! requests with another nonce from the same address, change nothing. Accepted, it answers
+//! as any incoming handshake would; rejected, it sends one refusal and ends at once.
 //!
 //! A peer's parts, one file each: `negotiate` (the parameters of a connection),
 //! `session` (the data path: transfer layer, channels, keys), `settings` (what it keeps of
@@ -47,8 +52,8 @@ use bytes::Bytes;
 
 use crate::event::{DisconnectReason, Event, PeerId, SendError, SendMode};
 use crate::stats::{PeerState, PeerStats, TransferStats};
-use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass};
-pub(crate) use negotiate::{Params, negotiate, refusal, request};
+use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, RefuseReason};
+pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
 pub(crate) use session::Session;
 use session::{FrameMessages, InitialWindows};
@@ -95,7 +100,7 @@ pub(crate) struct Peer {
     /// What the connection runs with, once the remote request is known.
     params: Option<Params>,
     acked: bool,
-    /// Boxed: a handshake still pending holds none, and costs a fraction of a connection.
+    /// Boxed: made only once connected, so a pending handshake does not carry its room.
     session: Option<Box<Session>>,
     timers: Timers,
     /// When the current state began.
@@ -109,6 +114,19 @@ pub(crate) struct Peer {
     handshake_sent: Option<(Instant, u32)>,
     /// Secret seed of the frame ids the session skips (see `Transfer`).
     skip_seed: u64,
+    /// This side's connect data, sent with every request (never with a reply).
+    local_data: Bytes,
+    /// The remote's connect data, from its request, until `Connected` hands it over.
+    remote_data: Bytes,
+    /// An incoming request awaiting the application's decision (manual admission): it is
+    /// left unanswered, and its retries make no further event.
+    awaiting: bool,
+    /// The application learned this peer's id from `Event::ConnectRequest`; the remote's
+    /// nonce is then pinned, so the request the application decided on is the one that
+    /// connects.
+    requested: bool,
+    /// The code the application gave with its disconnection, sent to the remote.
+    close_code: u32,
 }
 
 impl Peer {
@@ -145,35 +163,54 @@ impl Peer {
             malformed: 0,
             handshake_sent: None,
             skip_seed: seed,
+            local_data: Bytes::new(),
+            remote_data: Bytes::new(),
+            awaiting: false,
+            requested: false,
+            close_code: 0,
         }
     }
 
-    /// A peer for `connect`, known as `id` at `remote`: it starts sending requests at the
-    /// next step. `seed` is secret randomness for the session (the frame ids it skips).
+    /// A peer for `connect`, known as `id` at `remote`: it starts sending requests, with
+    /// connect data `data`, at the next step. `seed` is secret randomness for the session
+    /// (the frame ids it skips).
     pub(crate) fn outgoing(
         now: Instant,
         at: (PeerId, SocketAddr),
         settings: Arc<Settings>,
-        local: ConnectRequest,
+        (local, data): (ConnectRequest, Bytes),
         seed: u64,
     ) -> Self {
-        Self::new(now, at, settings, local, Origin::Local, seed)
+        let mut p = Self::new(now, at, settings, local, Origin::Local, seed);
+        p.local_data = data;
+        p
     }
 
-    /// A peer for a compatible request that arrived; it answers at once.
-    /// `accepted` is the remote request and the parameters negotiated from it.
+    /// A peer for a compatible request that arrived. `accepted` is the remote request, the
+    /// parameters negotiated from it and its connect data. It answers at once, or, when
+    /// the application decides (`manual`), reports the request and waits for
+    /// [`Peer::accept`] or [`Peer::reject`].
     pub(crate) fn incoming(
         now: Instant,
         at: (PeerId, SocketAddr),
         settings: Arc<Settings>,
         (local, seed): (ConnectRequest, u64),
-        accepted: (ConnectRequest, Params),
+        accepted: (ConnectRequest, Params, Bytes),
+        manual: bool,
         out: &mut Outputs,
     ) -> Self {
         let mut p = Self::new(now, at, settings, local, Origin::Remote, seed);
-        p.set_remote(accepted.0);
-        p.params = Some(accepted.1);
-        p.send_handshake(now, out);
+        let (req, params, data) = accepted;
+        p.set_remote(req);
+        p.params = Some(params);
+        p.remote_data = data;
+        if manual {
+            p.awaiting = true;
+            p.requested = true;
+            out.event(Event::ConnectRequest { peer: p.id, remote: p.remote, data: p.remote_data.clone() });
+        } else {
+            p.send_handshake(now, out);
+        }
         p
     }
 
@@ -209,7 +246,12 @@ impl Peer {
 
     /// Whether the application knows this peer's id (so it must hear of its end).
     fn known_to_app(&self) -> bool {
-        self.announced || self.origin == Origin::Local
+        self.announced || self.requested || self.origin == Origin::Local
+    }
+
+    /// Whether this is a request awaiting the application's decision.
+    pub(crate) fn is_awaiting(&self) -> bool {
+        self.awaiting
     }
 
     fn enter(&mut self, now: Instant, state: PeerState) {
@@ -225,6 +267,8 @@ impl Peer {
         }
         // The id is dead for the application from here on.
         self.announced = false;
+        self.requested = false;
+        self.awaiting = false;
         self.origin = Origin::Remote;
         if let Some(s) = &mut self.session {
             s.clear();
@@ -243,7 +287,8 @@ impl Peer {
         self.enter(now, PeerState::Connected);
         self.announced = true;
         self.last_recv = now;
-        out.event(Event::Connected { peer: self.id, remote: self.remote });
+        let data = std::mem::take(&mut self.remote_data);
+        out.event(Event::Connected { peer: self.id, remote: self.remote, data });
     }
 
     /// Sends this side's request, acknowledging the other's when it is known.
@@ -256,7 +301,10 @@ impl Peer {
     fn send_handshake(&mut self, now: Instant, out: &mut Outputs) {
         match &self.remote_req {
             Some(r) => out.control(self.remote, &Control::RequestAck(self.local), Key::reply(r.nonce)),
-            None => out.control(self.remote, &Control::Request(self.local), Key::version()),
+            None => {
+                let request = Control::Request { request: self.local, data: &self.local_data };
+                out.control(self.remote, &request, Key::version());
+            }
         }
         if self.origin == Origin::Local {
             self.next_send = Some(now + self.retry);
@@ -293,13 +341,13 @@ impl Peer {
             self.last_recv = now;
         }
         match control {
-            Control::Request(req) => self.on_request(now, req, out),
+            Control::Request { request, data } => self.on_request(now, request, data, out),
             Control::RequestAck(req) => {
-                if self.state == PeerState::Connecting {
+                if self.state == PeerState::Connecting && !self.awaiting {
                     // Noted first, so the reply is a plain acknowledgement.
                     self.acked = true;
                 }
-                self.on_request(now, req, out);
+                self.on_request(now, req, &[], out);
             }
             Control::Ack => self.on_ack(now, out),
             Control::AckOther { .. } => {
@@ -313,7 +361,7 @@ impl Peer {
                 }
             }
             Control::Challenge(cookie) => self.on_challenge(now, cookie, out),
-            Control::Disconnect => self.on_disconnect(now, out),
+            Control::Disconnect { code } => self.on_disconnect(now, code, out),
             Control::DisconnectAck => {
                 if self.state == PeerState::Disconnecting {
                     let reason = self.graceful_end();
@@ -324,8 +372,13 @@ impl Peer {
         Ok(())
     }
 
-    fn on_request(&mut self, now: Instant, req: ConnectRequest, out: &mut Outputs) {
+    /// A request (with its connect data; none in a `RequestAck`) from this peer's address.
+    fn on_request(&mut self, now: Instant, req: ConnectRequest, data: &[u8], out: &mut Outputs) {
         match self.state {
+            // Awaiting the application: its retries get no answer and make no event. Once
+            // the application has seen a request, only that attempt (its nonce) may connect.
+            PeerState::Connecting if self.awaiting => {}
+            PeerState::Connecting if self.requested && self.remote_req.is_some_and(|r| r.nonce != req.nonce) => {}
             PeerState::Connecting => {
                 let params = match negotiate(&self.settings.config, &req) {
                     Ok(p) => p,
@@ -339,6 +392,10 @@ impl Peer {
                     // A first request, or the remote restarted its attempt.
                     self.params = Some(params);
                     self.set_remote(req);
+                    self.remote_data = Bytes::copy_from_slice(data);
+                } else if self.remote_data.is_empty() && !data.is_empty() {
+                    // Its request after its reply (both sides connecting at once).
+                    self.remote_data = Bytes::copy_from_slice(data);
                 }
                 if self.acked {
                     out.control(self.remote, &Control::Ack, Key::reply(req.nonce));
@@ -375,12 +432,14 @@ impl Peer {
         }
     }
 
-    fn on_disconnect(&mut self, now: Instant, out: &mut Outputs) {
+    fn on_disconnect(&mut self, now: Instant, code: u32, out: &mut Outputs) {
         let Some((key, _)) = self.keys() else { return };
         match self.state {
+            // Awaiting, nothing was answered: the requester cannot have made this.
+            PeerState::Connecting if self.awaiting => {}
             PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting => {
                 out.control(self.remote, &Control::DisconnectAck, key);
-                self.end(now, PeerState::Disconnected, DisconnectReason::Remote, out);
+                self.end(now, PeerState::Disconnected, DisconnectReason::Remote { code }, out);
             }
             PeerState::Disconnected => out.control(self.remote, &Control::DisconnectAck, key),
             PeerState::Zombie => {}
@@ -426,7 +485,7 @@ impl Peer {
         });
         if session.transfer.misbehaving() {
             if let Some((key, _)) = self.keys() {
-                out.control(self.remote, &Control::Disconnect, key);
+                out.control(self.remote, &Control::Disconnect { code: 0 }, key);
             }
             self.end(now, PeerState::Disconnected, DisconnectReason::Misbehaving, out);
         }
@@ -443,8 +502,34 @@ impl Peer {
         }
     }
 
-    /// Starts a graceful disconnection: pending packets are sent first.
-    pub(crate) fn disconnect(&mut self, now: Instant, out: &mut Outputs) {
+    /// Answers a request awaiting the application's decision: the handshake goes on as
+    /// if the request had just arrived. Returns whether it was awaiting.
+    pub(crate) fn accept(&mut self, now: Instant, out: &mut Outputs) -> bool {
+        if !self.awaiting {
+            return false;
+        }
+        self.awaiting = false;
+        self.send_handshake(now, out);
+        true
+    }
+
+    /// Refuses a request awaiting the application's decision with the application's
+    /// `code`, and ends the peer at once (the host deletes it at its next step): it costs
+    /// no more than a refusal. Returns whether it was awaiting.
+    pub(crate) fn reject(&mut self, now: Instant, code: u32, out: &mut Outputs) -> bool {
+        let (true, Some(req)) = (self.awaiting, self.remote_req) else { return false };
+        out.control(self.remote, &Control::Refuse(RefuseReason::Rejected(code)), Key::reply(req.nonce));
+        self.end(now, PeerState::Zombie, DisconnectReason::Local, out);
+        true
+    }
+
+    /// Starts a graceful disconnection, telling the remote `code`: pending packets are sent
+    /// first. A request awaiting the application's decision is rejected with `code`.
+    pub(crate) fn disconnect(&mut self, now: Instant, code: u32, out: &mut Outputs) {
+        if self.reject(now, code, out) {
+            return;
+        }
+        self.close_code = code;
         match self.state {
             PeerState::Connected => {
                 self.enter(now, PeerState::Disconnecting);
@@ -461,14 +546,15 @@ impl Peer {
         }
     }
 
-    /// Disconnects at once: pending packets are dropped, one disconnection request is
-    /// sent, and the application hears of it now.
-    pub(crate) fn disconnect_now(&mut self, now: Instant, out: &mut Outputs) {
-        if matches!(self.state, PeerState::Disconnected | PeerState::Zombie) {
+    /// Disconnects at once, telling the remote `code`: pending packets are dropped, one
+    /// disconnection request is sent, and the application hears of it now. A request
+    /// awaiting the application's decision is rejected with `code`.
+    pub(crate) fn disconnect_now(&mut self, now: Instant, code: u32, out: &mut Outputs) {
+        if matches!(self.state, PeerState::Disconnected | PeerState::Zombie) || self.reject(now, code, out) {
             return;
         }
         if let Some((key, _)) = self.keys() {
-            out.control(self.remote, &Control::Disconnect, key);
+            out.control(self.remote, &Control::Disconnect { code }, key);
         }
         self.end(now, PeerState::Disconnected, DisconnectReason::Local, out);
     }
@@ -553,7 +639,7 @@ impl Peer {
         self.flush(now, out);
         if self.next_send.is_some_and(|t| t <= now) {
             if let Some((key, _)) = self.keys() {
-                out.control(self.remote, &Control::Disconnect, key);
+                out.control(self.remote, &Control::Disconnect { code: self.close_code }, key);
             }
             self.next_send = Some(now + self.retry);
             self.retry = (self.retry * 2).min(MAX_RETRY);
@@ -605,7 +691,10 @@ impl Peer {
 
     /// Bytes this peer holds.
     pub(crate) fn memory(&self) -> usize {
-        size_of::<Self>() + self.session.as_deref().map_or(0, Session::memory)
+        size_of::<Self>()
+            + self.local_data.len()
+            + self.remote_data.len()
+            + self.session.as_deref().map_or(0, Session::memory)
     }
 
     pub(crate) fn stats(&self) -> PeerStats {

@@ -1,14 +1,14 @@
 //! Connection parameters (spec §2.3): what each side announces and what a connection
 //! uses once both are known.
 //!
-//! The application version and the channel count must be equal; the datagram size is the
-//! smaller of both sides'; each direction's bandwidth is the smaller of the sender's
-//! outgoing and the receiver's incoming limit (0 meaning none); each direction's packet
-//! limit is the receiver's.
+//! The application version, the channel count and the set of unordered channels must be
+//! equal; the datagram size is the smaller of both sides'; each direction's bandwidth is
+//! the smaller of the sender's outgoing and the receiver's incoming limit (0 meaning none);
+//! each direction's packet limit is the receiver's.
 
 use crate::config::PeerConfig;
 use crate::event::{DisconnectReason, Mismatch};
-use crate::wire::{self, ConnectRequest, Cookie, MIN_MTU, RefuseReason};
+use crate::wire::{self, ChannelSet, ConnectRequest, Cookie, MIN_MTU, RefuseReason};
 
 /// What one connection runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +42,13 @@ pub(crate) fn request(
         bandwidth_in: cfg.incoming_bandwidth,
         bandwidth_out: cfg.outgoing_bandwidth,
         cookie,
+        unordered: unordered(cfg),
     }
+}
+
+/// The channels of `cfg` that deliver unordered.
+pub(crate) fn unordered(cfg: &PeerConfig) -> ChannelSet {
+    cfg.channels.iter().enumerate().filter(|(_, c)| c.unordered).map(|(i, _)| i as u8).collect()
 }
 
 fn min_limit(a: u32, b: u32) -> u64 {
@@ -60,6 +66,10 @@ pub(crate) fn negotiate(cfg: &PeerConfig, remote: &ConnectRequest) -> Result<Par
     let channels = usize::from(remote.channels);
     if channels != cfg.channels.len() {
         return Err(Mismatch::ChannelCount { local: cfg.channels.len(), remote: channels });
+    }
+    if let Some(channel) = unordered(cfg).first_difference(&remote.unordered) {
+        let local = cfg.channels.get(usize::from(channel)).is_some_and(|c| c.unordered);
+        return Err(Mismatch::Unordered { channel: usize::from(channel), local, remote: !local });
     }
     let remote_mtu = remote.mtu as usize;
     if remote_mtu < MIN_MTU {
@@ -82,6 +92,7 @@ pub(crate) fn refusal(m: Mismatch) -> RefuseReason {
         Mismatch::AppVersion { local, .. } => RefuseReason::AppVersion(local),
         Mismatch::ChannelCount { local, .. } => RefuseReason::ChannelCount(local.min(255) as u8),
         Mismatch::Mtu { local_min, .. } => RefuseReason::Mtu(local_min as u32),
+        Mismatch::Unordered { channel, .. } => RefuseReason::Unordered(channel.min(255) as u8),
     }
 }
 
@@ -99,6 +110,11 @@ pub(crate) fn refused(cfg: &PeerConfig, r: RefuseReason) -> DisconnectReason {
             DisconnectReason::Incompatible(Mismatch::Mtu { local_min: min as usize, remote: cfg.mtu })
         }
         RefuseReason::HostFull => DisconnectReason::HostFull,
+        RefuseReason::Rejected(code) => DisconnectReason::Rejected { code },
+        RefuseReason::Unordered(channel) => {
+            let local = cfg.channels.get(usize::from(channel)).is_some_and(|c| c.unordered);
+            DisconnectReason::Incompatible(Mismatch::Unordered { channel: usize::from(channel), local, remote: !local })
+        }
         _ => DisconnectReason::NotAccepting,
     }
 }
@@ -131,5 +147,19 @@ mod tests {
         // The refusal carries the refuser's value; the requester reads both.
         let r = refusal(Mismatch::AppVersion { local: 0, remote: 9 });
         assert_eq!(refused(&b, r), DisconnectReason::Incompatible(Mismatch::AppVersion { local: 9, remote: 0 }));
+        // Unordered channels must be the same on both sides; the lowest difference is named.
+        let mut d = PeerConfig::default();
+        d.channels[2] = crate::config::ChannelConfig::unordered();
+        d.channels[3] = crate::config::ChannelConfig::unordered();
+        let mut e = d.clone();
+        assert!(negotiate(&d, &request(&e, 1, 2, 3, None)).is_ok());
+        e.channels[2] = crate::config::ChannelConfig::default();
+        let m = Mismatch::Unordered { channel: 2, local: true, remote: false };
+        assert_eq!(negotiate(&d, &request(&e, 1, 2, 3, None)), Err(m));
+        assert_eq!(
+            refused(&e, refusal(m)),
+            DisconnectReason::Incompatible(Mismatch::Unordered { channel: 2, local: false, remote: true })
+        );
+        assert_eq!(m.to_string(), "channel 2 is unordered here, ordered there");
     }
 }

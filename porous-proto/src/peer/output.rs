@@ -21,8 +21,8 @@ pub(crate) struct Outputs {
 
 impl Outputs {
     /// Encodes a control datagram for `remote`.
-    pub(crate) fn control(&mut self, remote: SocketAddr, c: &Control, key: Key) {
-        let out = self.arena.room(wire::REQUEST_SIZE);
+    pub(crate) fn control(&mut self, remote: SocketAddr, c: &Control<'_>, key: Key) {
+        let out = self.arena.room(wire::MAX_REQUEST);
         let n = c.encode(key, out);
         let payload = out.split_to(n).freeze();
         self.transmits.push_back(Transmit { remote, payload });

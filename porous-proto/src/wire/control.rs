@@ -2,28 +2,38 @@
 //!
 //! | type | datagram | body | keyed with |
 //! |---|---|---|---|
-//! | `0x80` | connection request | [`ConnectRequest`], zero padding to [`REQUEST_SIZE`] | [`Key::version`] |
-//! | `0x81` | request + acknowledgement | the same, padded likewise | [`Key::reply`] |
+//! | `0x80` | connection request | [`ConnectRequest`], connect data, zero padding to [`REQUEST_SIZE`] | [`Key::version`] |
+//! | `0x81` | request + acknowledgement | [`ConnectRequest`] (no connect data), padded likewise | [`Key::reply`] |
 //! | `0x82` | acknowledgement | empty | [`Key::reply`] |
 //! | `0x83` | acknowledgement of another id | `acked: u32` | [`Key::reply`] |
 //! | `0x84` | refusal | `reason: u8`, `detail: varint` | [`Key::reply`] |
 //! | `0x85` | challenge | 16-byte cookie | [`Key::reply`] |
-//! | `0x86` | disconnection request | empty | [`Key::connection`] |
+//! | `0x86` | disconnection request | `code: varint` | [`Key::connection`] |
 //! | `0x87` | disconnection acknowledgement | empty | [`Key::connection`] |
 //!
 //! Every reply is keyed with the nonce of the request it answers, so only the requester
 //! (who alone knows its nonce, barring an on-path observer) accepts it: an acknowledgement
 //! of the right id, a refusal or a challenge cannot be forged blind. Requests are padded to
 //! at least [`REQUEST_SIZE`] bytes, the size of the largest reply, so no reply to an
-//! unauthenticated request is larger than the request (no amplification).
+//! unauthenticated request is larger than the request (no amplification). Connect data
+//! (the application's bytes: a version string, a login ticket) travels only in `0x80`
+//! requests, so it can only make a request larger, never a reply.
 //!
 //! Request body (little-endian):
 //!
 //! ```text
 //! nonce u32 | frame_base u32 | packet_base u24 | app_version u32 | channels u8
 //! | mtu varint | max_packet varint | bandwidth_in varint | bandwidth_out varint
-//! | flags u8 (bit 0: cookie follows; others zero) | [cookie 16 bytes] | zero padding
+//! | flags u8 (bit 0: cookie follows; bit 1: connect data follows, 0x80 only;
+//!            bit 2: unordered channels follow; others zero)
+//! | [cookie 16 bytes] | [data_len varint 1..=256 | data]
+//! | [unordered: ceil(channels / 8) bytes, bit i of byte i / 8 for channel 8 (i / 8) + i % 8]
+//! | zero padding
 //! ```
+//!
+//! A request with the unordered bitmap is padded to [`REQUEST_SIZE`] plus the bitmap's
+//! length, which a reply carries too (it is sent only when both sides' bitmaps are equal),
+//! so a reply still never outgrows the request it answers.
 //!
 //! [`Key::version`]: super::Key::version
 //! [`Key::reply`]: super::Key::reply
@@ -39,6 +49,69 @@ use super::{CHECK_LEN, DecodeError, Field, Key, MAX_MTU, MIN_MTU, check};
 pub const REQUEST_SIZE: usize = 64;
 /// Length of a challenge cookie.
 pub const COOKIE_LEN: usize = 16;
+/// Most bytes of connect data a request may carry (see [`Control::Request`]).
+pub const MAX_CONNECT_DATA: usize = 256;
+/// Most bytes of a request that are neither connect data nor the unordered channels'
+/// bitmap: type, the widest encoding of every field, a cookie, the data's length and the
+/// check. A request with `n` bytes of data and a bitmap of `b` bytes is at most
+/// `max(REQUEST_SIZE, REQUEST_OVERHEAD_MAX + n) + b` bytes long.
+pub const REQUEST_OVERHEAD_MAX: usize = 1 + 4 + 4 + 3 + 4 + 1 + 3 + 5 + 5 + 5 + 1 + COOKIE_LEN + 2 + CHECK_LEN;
+/// Longest bitmap of unordered channels: one bit for each of 255 channels.
+pub const UNORDERED_MAX: usize = 32;
+/// Longest request: [`REQUEST_OVERHEAD_MAX`], the most connect data and the longest
+/// bitmap.
+pub const MAX_REQUEST: usize = REQUEST_OVERHEAD_MAX + MAX_CONNECT_DATA + UNORDERED_MAX;
+
+/// A set of channels (0 to 255): in a request, the channels that deliver unordered. Both
+/// sides of a connection must name the same ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChannelSet([u64; 4]);
+
+impl ChannelSet {
+    /// No channel.
+    pub const EMPTY: Self = Self([0; 4]);
+
+    /// Whether `channel` is in the set.
+    pub fn contains(&self, channel: u8) -> bool {
+        self.0.get(usize::from(channel / 64)).is_some_and(|w| w & (1 << (channel % 64)) != 0)
+    }
+
+    /// Adds `channel`.
+    pub fn insert(&mut self, channel: u8) {
+        if let Some(w) = self.0.get_mut(usize::from(channel / 64)) {
+            *w |= 1 << (channel % 64);
+        }
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 4]
+    }
+
+    /// The lowest channel in one set and not the other.
+    pub fn first_difference(&self, other: &Self) -> Option<u8> {
+        self.0.iter().zip(other.0).enumerate().find_map(|(i, (a, b))| {
+            let d = a ^ b;
+            (d != 0).then(|| (i * 64) as u8 + d.trailing_zeros() as u8)
+        })
+    }
+
+    /// Bytes of the bitmap a request of `channels` channels carries for this set: none when
+    /// it is empty.
+    pub fn wire_len(&self, channels: u8) -> usize {
+        if self.is_empty() { 0 } else { usize::from(channels).div_ceil(8) }
+    }
+}
+
+impl FromIterator<u8> for ChannelSet {
+    fn from_iter<I: IntoIterator<Item = u8>>(iter: I) -> Self {
+        let mut s = Self::EMPTY;
+        for c in iter {
+            s.insert(c);
+        }
+        s
+    }
+}
 
 /// An opaque token a host under load hands a requester to echo (see `docs/security.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,6 +141,8 @@ pub struct ConnectRequest {
     pub bandwidth_out: u32,
     /// A cookie echoed from a challenge.
     pub cookie: Option<Cookie>,
+    /// The channels that deliver unordered (all below `channels`); both sides must agree.
+    pub unordered: ChannelSet,
 }
 
 /// Why a host refused a connection request.
@@ -85,14 +160,26 @@ pub enum RefuseReason {
     HostFull,
     /// The refusing host does not accept incoming connections.
     NotAccepting,
+    /// The refusing host's application rejected the request, with its code.
+    Rejected(u32),
+    /// The two sides disagree on whether this channel delivers unordered (the lowest such
+    /// channel).
+    Unordered(u8),
 }
 
-/// A decoded control datagram.
+/// A decoded control datagram. Its connect data, if any, borrows from the datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Control {
+pub enum Control<'a> {
     /// A connection request.
-    Request(ConnectRequest),
-    /// A connection request that also acknowledges the receiver's own request.
+    Request {
+        /// The requester's parameters.
+        request: ConnectRequest,
+        /// The application's connect data, at most [`MAX_CONNECT_DATA`] bytes (often
+        /// none): delivered to the application of the host it connects to.
+        data: &'a [u8],
+    },
+    /// A connection request that also acknowledges the receiver's own request. It carries
+    /// no connect data: it answers a request, and no reply may be larger.
     RequestAck(ConnectRequest),
     /// Acknowledges the receiver's request.
     Ack,
@@ -106,8 +193,11 @@ pub enum Control {
     Refuse(RefuseReason),
     /// Asks the receiver to repeat its request with this cookie.
     Challenge(Cookie),
-    /// A disconnection request.
-    Disconnect,
+    /// A disconnection request, with the application's code (0 when it gave none).
+    Disconnect {
+        /// The code the disconnecting application gave.
+        code: u32,
+    },
     /// Acknowledges a disconnection request.
     DisconnectAck,
 }
@@ -121,30 +211,33 @@ pub(crate) const T_CHALLENGE: u8 = 0x85;
 pub(crate) const T_DISCONNECT: u8 = 0x86;
 pub(crate) const T_DISCONNECT_ACK: u8 = 0x87;
 
-impl Control {
+impl<'a> Control<'a> {
+    /// A connection request without connect data.
+    pub const fn request(request: ConnectRequest) -> Self {
+        Self::Request { request, data: &[] }
+    }
+
     fn type_byte(&self) -> u8 {
         match self {
-            Self::Request(_) => T_REQUEST,
+            Self::Request { .. } => T_REQUEST,
             Self::RequestAck(_) => T_REQUEST_ACK,
             Self::Ack => T_ACK,
             Self::AckOther { .. } => T_ACK_OTHER,
             Self::Refuse(_) => T_REFUSE,
             Self::Challenge(_) => T_CHALLENGE,
-            Self::Disconnect => T_DISCONNECT,
+            Self::Disconnect { .. } => T_DISCONNECT,
             Self::DisconnectAck => T_DISCONNECT_ACK,
         }
     }
 
-    /// Appends the datagram, check included, to `out`; returns its length.
+    /// Appends the datagram, check included, to `out`; returns its length. Connect data
+    /// longer than [`MAX_CONNECT_DATA`] is written, and refused by every decoder.
     pub fn encode<B: BufMut + AsRef<[u8]>>(&self, key: Key, out: &mut B) -> usize {
         let start = out.as_ref().len();
         out.put_u8(self.type_byte());
         match self {
-            Self::Request(r) | Self::RequestAck(r) => {
-                put_request(out, r);
-                let written = out.as_ref().len() - start;
-                out.put_bytes(0, (REQUEST_SIZE - CHECK_LEN).saturating_sub(written));
-            }
+            Self::Request { request, data } => put_padded_request(out, start, request, data),
+            Self::RequestAck(request) => put_padded_request(out, start, request, &[]),
             Self::AckOther { acked } => out.put_u32_le(*acked),
             Self::Refuse(reason) => {
                 let (code, detail) = refuse_code(*reason);
@@ -152,7 +245,8 @@ impl Control {
                 put_varint(out, detail);
             }
             Self::Challenge(cookie) => out.put_slice(&cookie.0),
-            Self::Ack | Self::Disconnect | Self::DisconnectAck => {}
+            Self::Disconnect { code } => put_varint(out, *code),
+            Self::Ack | Self::DisconnectAck => {}
         }
         let mut c = check::Check::new(key);
         c.bytes(out.as_ref().get(start..).unwrap_or_default());
@@ -162,7 +256,7 @@ impl Control {
 
     /// Decodes a control datagram whose check is keyed with `key`. The check is verified
     /// before any field is trusted.
-    pub fn decode(datagram: &[u8], key: Key) -> Result<Self, DecodeError> {
+    pub fn decode(datagram: &'a [u8], key: Key) -> Result<Self, DecodeError> {
         let ty = super::peek_type(datagram)?;
         if !check::verify_plain(datagram, key) {
             return Err(DecodeError::BadChecksum);
@@ -174,11 +268,15 @@ impl Control {
                 if datagram.len() < REQUEST_SIZE {
                     return Err(DecodeError::Unpadded { len: datagram.len() });
                 }
-                let req = read_request(&mut r)?;
+                let (request, data) = read_request(&mut r, ty == T_REQUEST)?;
+                let padded = REQUEST_SIZE + request.unordered.wire_len(request.channels);
+                if datagram.len() < padded {
+                    return Err(DecodeError::Unpadded { len: datagram.len() });
+                }
                 if r.rest().iter().any(|&b| b != 0) {
                     return Err(DecodeError::NonZeroPadding);
                 }
-                return Ok(if ty == T_REQUEST { Self::Request(req) } else { Self::RequestAck(req) });
+                return Ok(if ty == T_REQUEST { Self::Request { request, data } } else { Self::RequestAck(request) });
             }
             T_ACK => Self::Ack,
             T_ACK_OTHER => Self::AckOther { acked: r.u32(Field::Nonce)? },
@@ -192,7 +290,7 @@ impl Control {
                 cookie.copy_from_slice(r.bytes(COOKIE_LEN, Field::Cookie)?);
                 Self::Challenge(Cookie(cookie))
             }
-            T_DISCONNECT => Self::Disconnect,
+            T_DISCONNECT => Self::Disconnect { code: r.varint(Field::Code)? },
             T_DISCONNECT_ACK => Self::DisconnectAck,
             other => return Err(DecodeError::UnknownType(other)),
         };
@@ -203,7 +301,16 @@ impl Control {
     }
 }
 
-fn put_request<B: BufMut>(out: &mut B, r: &ConnectRequest) {
+/// Writes a request body with `data` and pads the datagram (which began at `start`) to
+/// [`REQUEST_SIZE`] and the unordered bitmap, less its check.
+fn put_padded_request<B: BufMut + AsRef<[u8]>>(out: &mut B, start: usize, r: &ConnectRequest, data: &[u8]) {
+    put_request(out, r, data);
+    let written = out.as_ref().len() - start;
+    let padded = REQUEST_SIZE + r.unordered.wire_len(r.channels);
+    out.put_bytes(0, (padded - CHECK_LEN).saturating_sub(written));
+}
+
+fn put_request<B: BufMut>(out: &mut B, r: &ConnectRequest, data: &[u8]) {
     out.put_u32_le(r.nonce);
     out.put_u32_le(r.frame_base);
     put_uint(out, r.packet_base, 3);
@@ -213,16 +320,29 @@ fn put_request<B: BufMut>(out: &mut B, r: &ConnectRequest) {
     put_varint(out, r.max_packet);
     put_varint(out, r.bandwidth_in);
     put_varint(out, r.bandwidth_out);
-    match r.cookie {
-        Some(c) => {
-            out.put_u8(1);
-            out.put_slice(&c.0);
-        }
-        None => out.put_u8(0),
+    let unordered = r.unordered.wire_len(r.channels);
+    out.put_u8(u8::from(r.cookie.is_some()) | u8::from(!data.is_empty()) << 1 | u8::from(unordered > 0) << 2);
+    if let Some(c) = r.cookie {
+        out.put_slice(&c.0);
+    }
+    if !data.is_empty() {
+        put_varint(out, data.len().min(u32::MAX as usize) as u32);
+        out.put_slice(data);
+    }
+    for byte in 0..unordered {
+        let bits = (0..8u8).filter(|b| r.unordered.contains((byte * 8) as u8 + b)).fold(0u8, |v, b| v | 1 << b);
+        out.put_u8(bits);
     }
 }
 
-fn read_request(r: &mut Reader<'_>) -> Result<ConnectRequest, DecodeError> {
+/// Request flags: a cookie follows; connect data follows (requests only, not replies); the
+/// unordered channels' bitmap follows.
+const FLAG_COOKIE: u8 = 1;
+const FLAG_DATA: u8 = 2;
+const FLAG_UNORDERED: u8 = 4;
+
+/// Reads a request body; connect data is allowed only `with_data` (a `0x80` request).
+fn read_request<'a>(r: &mut Reader<'a>, with_data: bool) -> Result<(ConnectRequest, &'a [u8]), DecodeError> {
     let nonce = r.u32(Field::Nonce)?;
     let frame_base = r.u32(Field::FrameId)?;
     let packet_base = r.uint(3, Field::PacketId)?;
@@ -241,16 +361,44 @@ fn read_request(r: &mut Reader<'_>) -> Result<ConnectRequest, DecodeError> {
     }
     let bandwidth_in = r.varint(Field::Bandwidth)?;
     let bandwidth_out = r.varint(Field::Bandwidth)?;
-    let cookie = match r.u8(Field::Flags)? {
-        0 => None,
-        1 => {
-            let mut c = [0; COOKIE_LEN];
-            c.copy_from_slice(r.bytes(COOKIE_LEN, Field::Cookie)?);
-            Some(Cookie(c))
-        }
-        _ => return Err(DecodeError::ReservedBits(Field::Flags)),
+    let flags = r.u8(Field::Flags)?;
+    let allowed = if with_data { FLAG_COOKIE | FLAG_DATA | FLAG_UNORDERED } else { FLAG_COOKIE | FLAG_UNORDERED };
+    if flags & !allowed != 0 {
+        return Err(DecodeError::ReservedBits(Field::Flags));
+    }
+    let cookie = if flags & FLAG_COOKIE != 0 {
+        let mut c = [0; COOKIE_LEN];
+        c.copy_from_slice(r.bytes(COOKIE_LEN, Field::Cookie)?);
+        Some(Cookie(c))
+    } else {
+        None
     };
-    Ok(ConnectRequest {
+    let mut data: &[u8] = &[];
+    if flags & FLAG_DATA != 0 {
+        let len = r.varint(Field::ConnectData)? as usize;
+        if !(1..=MAX_CONNECT_DATA).contains(&len) {
+            return Err(DecodeError::OutOfRange(Field::ConnectData));
+        }
+        data = r.bytes(len, Field::ConnectData)?;
+    }
+    let mut unordered = ChannelSet::EMPTY;
+    if flags & FLAG_UNORDERED != 0 {
+        let bitmap = r.bytes(usize::from(channels).div_ceil(8), Field::Unordered)?;
+        for (byte, &bits) in bitmap.iter().enumerate() {
+            for b in (0..8u8).filter(|b| bits & 1 << b != 0) {
+                let channel = byte * 8 + usize::from(b);
+                // Only existing channels, and a bitmap only when some channel is named.
+                if channel >= usize::from(channels) {
+                    return Err(DecodeError::OutOfRange(Field::Unordered));
+                }
+                unordered.insert(channel as u8);
+            }
+        }
+        if unordered.is_empty() {
+            return Err(DecodeError::OutOfRange(Field::Unordered));
+        }
+    }
+    let request = ConnectRequest {
         nonce,
         frame_base,
         packet_base,
@@ -261,7 +409,9 @@ fn read_request(r: &mut Reader<'_>) -> Result<ConnectRequest, DecodeError> {
         bandwidth_in,
         bandwidth_out,
         cookie,
-    })
+        unordered,
+    };
+    Ok((request, data))
 }
 
 fn refuse_code(reason: RefuseReason) -> (u8, u32) {
@@ -271,6 +421,8 @@ fn refuse_code(reason: RefuseReason) -> (u8, u32) {
         RefuseReason::Mtu(m) => (3, m),
         RefuseReason::HostFull => (4, 0),
         RefuseReason::NotAccepting => (5, 0),
+        RefuseReason::Rejected(code) => (6, code),
+        RefuseReason::Unordered(channel) => (7, u32::from(channel)),
     }
 }
 
@@ -282,6 +434,8 @@ fn refuse_from_code(code: u8, detail: u32) -> Result<RefuseReason, DecodeError> 
         3 => RefuseReason::Mtu(detail),
         4 if detail == 0 => RefuseReason::HostFull,
         5 if detail == 0 => RefuseReason::NotAccepting,
+        6 => RefuseReason::Rejected(detail),
+        7 => RefuseReason::Unordered(u8::try_from(detail).map_err(|_| bad)?),
         _ => return Err(bad),
     })
 }
@@ -302,15 +456,27 @@ mod tests {
             bandwidth_in: 0,
             bandwidth_out: u32::MAX,
             cookie: Some(Cookie([0xAB; COOKIE_LEN])),
+            unordered: ChannelSet::EMPTY,
         }
     }
 
-    fn all() -> Vec<Control> {
+    const TICKET: &[u8] = b"version 3.1; ticket 0123456789abcdef";
+
+    fn all() -> Vec<Control<'static>> {
         let req = sample_request();
         let plain = ConnectRequest { cookie: None, ..req };
+        // Unordered channels: a few of four, and every one of the most there can be.
+        let some = ConnectRequest { unordered: [1, 3].into_iter().collect(), ..req };
+        let most = ConnectRequest { channels: 255, unordered: (0..255).collect(), ..req };
         vec![
-            Control::Request(req),
-            Control::Request(plain),
+            Control::request(some),
+            Control::RequestAck(some),
+            Control::Request { request: most, data: &[9; MAX_CONNECT_DATA] },
+            Control::RequestAck(most),
+            Control::request(req),
+            Control::request(plain),
+            Control::Request { request: req, data: TICKET },
+            Control::Request { request: plain, data: &[7; MAX_CONNECT_DATA] },
             Control::RequestAck(req),
             Control::Ack,
             Control::AckOther { acked: 5 },
@@ -319,8 +485,13 @@ mod tests {
             Control::Refuse(RefuseReason::Mtu(128)),
             Control::Refuse(RefuseReason::HostFull),
             Control::Refuse(RefuseReason::NotAccepting),
+            Control::Refuse(RefuseReason::Rejected(0)),
+            Control::Refuse(RefuseReason::Rejected(u32::MAX)),
+            Control::Refuse(RefuseReason::Unordered(0)),
+            Control::Refuse(RefuseReason::Unordered(254)),
             Control::Challenge(Cookie([3; COOKIE_LEN])),
-            Control::Disconnect,
+            Control::Disconnect { code: 0 },
+            Control::Disconnect { code: u32::MAX },
             Control::DisconnectAck,
         ]
     }
@@ -334,7 +505,17 @@ mod tests {
             assert_eq!(n, out.len());
             assert_eq!(Control::decode(&out, key), Ok(c));
             match c {
-                Control::Request(_) | Control::RequestAck(_) => assert_eq!(n, REQUEST_SIZE),
+                Control::Request { request, data } => {
+                    let bitmap = request.unordered.wire_len(request.channels);
+                    let most = REQUEST_SIZE.max(REQUEST_OVERHEAD_MAX + data.len()) + bitmap;
+                    assert!(n <= most && n <= MAX_REQUEST, "{n} bytes with {} of data", data.len());
+                    if data.is_empty() {
+                        assert_eq!(n, REQUEST_SIZE + bitmap);
+                    }
+                }
+                // A reply to a request with the same channels is exactly as large as the
+                // request without connect data: never larger than the request itself.
+                Control::RequestAck(r) => assert_eq!(n, REQUEST_SIZE + r.unordered.wire_len(r.channels)),
                 _ => assert!(n <= REQUEST_SIZE, "{c:?} is {n} bytes"),
             }
         }
@@ -360,7 +541,7 @@ mod tests {
     fn malformed_control_datagrams_give_precise_errors() {
         let k = Key::version();
         let mut req = Vec::new();
-        Control::Request(sample_request()).encode(k, &mut req);
+        Control::request(sample_request()).encode(k, &mut req);
         let body = &req[..req.len() - CHECK_LEN];
         // Too short to be padded.
         assert_eq!(Control::decode(&sealed(&body[..40], k), k), Err(DecodeError::Unpadded { len: 44 }));
@@ -377,23 +558,63 @@ mod tests {
         r.cookie = None;
         r.mtu = 100;
         fields.push(0x80);
-        put_request(&mut fields, &r);
+        put_request(&mut fields, &r, &[]);
         fields.resize(REQUEST_SIZE - CHECK_LEN, 0);
         assert_eq!(Control::decode(&sealed(&fields, k), k), Err(DecodeError::OutOfRange(Field::Mtu)));
         let mut b = vec![0x80];
-        put_request(&mut b, &ConnectRequest { max_packet: 0, ..r });
+        put_request(&mut b, &ConnectRequest { max_packet: 0, ..r }, &[]);
         b.resize(REQUEST_SIZE - CHECK_LEN, 0);
         assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::OutOfRange(Field::Mtu)));
         let mut b = vec![0x80];
-        put_request(&mut b, &ConnectRequest { mtu: 1200, max_packet: 0, ..r });
+        put_request(&mut b, &ConnectRequest { mtu: 1200, max_packet: 0, ..r }, &[]);
         b.resize(REQUEST_SIZE - CHECK_LEN, 0);
         assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::OutOfRange(Field::MaxPacket)));
         let mut b = vec![0x80];
-        put_request(&mut b, &ConnectRequest { mtu: 1200, ..r });
+        put_request(&mut b, &ConnectRequest { mtu: 1200, ..r }, &[]);
         let flags_at = b.len() - 1;
-        b[flags_at] = 2;
+        b[flags_at] = 8;
         b.resize(REQUEST_SIZE - CHECK_LEN, 0);
         assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::ReservedBits(Field::Flags)));
+        // Connect data: only in a request, never in a reply (the flag is reserved there),
+        // 1 to 256 bytes, present in full.
+        let r = ConnectRequest { mtu: 1200, ..r };
+        let mut b = vec![T_REQUEST_ACK];
+        put_request(&mut b, &r, b"hi");
+        b.resize(REQUEST_SIZE - CHECK_LEN, 0);
+        let rk = Key::reply(9);
+        assert_eq!(Control::decode(&sealed(&b, rk), rk), Err(DecodeError::ReservedBits(Field::Flags)));
+        b[0] = T_REQUEST;
+        assert_eq!(Control::decode(&sealed(&b, k), k), Ok(Control::Request { request: r, data: b"hi" }));
+        let mut b = vec![T_REQUEST];
+        put_request(&mut b, &r, &[1; MAX_CONNECT_DATA + 1]);
+        assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::OutOfRange(Field::ConnectData)));
+        let mut b = vec![T_REQUEST];
+        put_request(&mut b, &r, b"x");
+        let len_at = b.len() - 2;
+        b[len_at] = 0; // zero bytes of data, yet flagged
+        b.resize(REQUEST_SIZE - CHECK_LEN, 0);
+        assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::OutOfRange(Field::ConnectData)));
+        let mut b = vec![T_REQUEST];
+        put_request(&mut b, &r, &[1; 100]);
+        b.truncate(b.len() - 1);
+        assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::Truncated(Field::ConnectData)));
+        // The unordered bitmap: only existing channels, never empty, and the request padded
+        // past it.
+        let four = ConnectRequest { channels: 4, unordered: [2].into_iter().collect(), ..r };
+        let mut good = vec![T_REQUEST];
+        put_request(&mut good, &four, &[]);
+        let bitmap_at = good.len() - 1;
+        assert_eq!(good[bitmap_at], 0b100);
+        good.resize(REQUEST_SIZE + 1 - CHECK_LEN, 0);
+        assert_eq!(Control::decode(&sealed(&good, k), k), Ok(Control::request(four)));
+        for bits in [0b1_0000, 0] {
+            let mut b = good.clone();
+            b[bitmap_at] = bits;
+            assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::OutOfRange(Field::Unordered)));
+        }
+        let mut b = good.clone();
+        b.truncate(REQUEST_SIZE - CHECK_LEN);
+        assert_eq!(Control::decode(&sealed(&b, k), k), Err(DecodeError::Unpadded { len: REQUEST_SIZE }));
         // Trailing bytes, unknown refusal, truncated fields.
         let rk = Key::reply(9);
         assert_eq!(Control::decode(&sealed(&[T_ACK, 0], rk), rk), Err(DecodeError::TrailingBytes));
@@ -407,6 +628,13 @@ mod tests {
         );
         assert_eq!(Control::decode(&sealed(&[T_ACK_OTHER, 1, 2], rk), rk), Err(DecodeError::Truncated(Field::Nonce)));
         assert_eq!(Control::decode(&sealed(&[T_CHALLENGE, 1], rk), rk), Err(DecodeError::Truncated(Field::Cookie)));
+        let ck = Key::connection(1, 2);
+        assert_eq!(Control::decode(&sealed(&[T_DISCONNECT], ck), ck), Err(DecodeError::Truncated(Field::Code)));
+        assert_eq!(
+            Control::decode(&sealed(&[T_DISCONNECT, 0x80, 0], ck), ck),
+            Err(DecodeError::NonCanonicalVarint(Field::Code))
+        );
+        assert_eq!(Control::decode(&sealed(&[T_DISCONNECT, 5, 0], ck), ck), Err(DecodeError::TrailingBytes));
         assert_eq!(Control::decode(&sealed(&[0x88], rk), rk), Err(DecodeError::UnknownType(0x88)));
     }
 }

@@ -19,7 +19,10 @@ mod data;
 mod message;
 
 pub use check::Key;
-pub use control::{COOKIE_LEN, ConnectRequest, Control, Cookie, REQUEST_SIZE, RefuseReason};
+pub use control::{
+    COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, MAX_REQUEST, REQUEST_OVERHEAD_MAX,
+    REQUEST_SIZE, RefuseReason, UNORDERED_MAX,
+};
 pub use data::{
     ACK_DELAY_UNIT, AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_delay_len,
     ack_range_len, ack_section_len,
@@ -138,6 +141,12 @@ pub enum Field {
     Cookie,
     /// A refusal reason.
     RefuseReason,
+    /// A request's connect data.
+    ConnectData,
+    /// A disconnection's application code.
+    Code,
+    /// A request's bitmap of unordered channels.
+    Unordered,
 }
 
 impl core::fmt::Display for Field {
