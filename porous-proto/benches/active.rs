@@ -210,7 +210,7 @@ impl Game {
         }
         while let Some(e) = self.server.poll_event() {
             match e {
-                Event::Connected { peer, remote } => {
+                Event::Connected { peer, remote, .. } => {
                     if let Some(slot) = self.server_peers.get_mut(index(remote, CLIENT_BASE)) {
                         *slot = Some(peer);
                     }
