@@ -35,15 +35,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
+use porous_proto::sim::seeded_rng;
 use porous_proto::{Event, Host, HostConfig, PeerId, SendError, SendMode};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-fn rng(seed: u64) -> rand_pcg::Pcg32 {
-    rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
-}
 
 /// Messages and payload bytes delivered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,8 +74,8 @@ impl Pair {
     fn new(config: &HostConfig) -> Self {
         let a_addr: SocketAddr = "10.0.0.1:9000".parse().expect("address");
         let b_addr: SocketAddr = "10.0.0.2:9000".parse().expect("address");
-        let mut a = Host::new(config.clone(), rng(1)).expect("valid config");
-        let b = Host::new(config.clone(), rng(2)).expect("valid config");
+        let mut a = Host::new(config.clone(), seeded_rng(1)).expect("valid config");
+        let b = Host::new(config.clone(), seeded_rng(2)).expect("valid config");
         let now = Instant::now();
         let ab = a.connect(now, b_addr).expect("connect");
         let mut p = Self {

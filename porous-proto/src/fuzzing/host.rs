@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::{Bytes, BytesMut};
-use rand_pcg::Pcg32;
 
 use super::wire::{ack_ranges, arbitrary_request};
 use crate::channel::ENTRY_OVERHEAD;
@@ -34,6 +33,7 @@ use crate::config::{ChannelConfig, HostConfig, SequenceStart};
 use crate::event::{Event, PeerId};
 use crate::host::Host;
 use crate::seq::{PACKET_WINDOW, SeqSpace};
+use crate::sim::seeded_rng;
 use crate::stats::PeerState;
 use crate::wire::{
     self, CHECK_LEN, ConnectRequest, Control, DataHeader, DataWriter, Fragment, Key, MAX_FRAGMENTS, Message,
@@ -333,7 +333,7 @@ pub fn host(data: &[u8]) -> usize {
 
 fn run(script: &HostScript) -> usize {
     let cfg = config(script);
-    let make = |seed| Host::new(cfg.clone(), Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)).expect("a valid config"); // ok: a fixed config
+    let make = |seed| Host::new(cfg.clone(), seeded_rng(seed)).expect("a valid config"); // ok: a fixed config
     let t0 = Instant::now();
     let mut w = World {
         now: t0,
@@ -719,13 +719,13 @@ fn forged_message<'f>(m: &ForgedMessage, bases: &[u32], filler: &'f [u8]) -> Mes
 
 #[cfg(test)]
 mod tests {
-    use super::super::Stream;
     use super::*;
+    use crate::sim::SplitMix64;
 
     /// Replays the target over seeded pseudo-random scripts, so `cargo test` covers it.
     #[test]
     fn replay_host() {
-        let mut s = Stream(0x4057);
+        let mut s = SplitMix64::new(0x4057);
         let mut buf = Vec::new();
         let mut checked = 0;
         let cases = 2000;

@@ -332,14 +332,14 @@ pub fn roundtrip(data: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Stream;
     use super::*;
+    use crate::sim::SplitMix64;
 
     /// Replays each target over seeded pseudo-random inputs, so `cargo test` on stable
     /// covers the fuzz targets too.
     fn replay(target: fn(&[u8]) -> usize, cases: usize) -> usize {
         let mut total = 0;
-        let mut s = Stream(0x5EED);
+        let mut s = SplitMix64::new(0x5EED);
         let mut buf = Vec::new();
         for i in 0..cases {
             s.fill(&mut buf, (i * 7919) % 1500);
@@ -351,30 +351,30 @@ mod tests {
     /// Replays `decode_frame` over valid datagrams and mutations of them: bit flips,
     /// truncation, extension and byte splices, the way a fuzzer mutates a seed corpus.
     fn replay_mutated(cases: usize) -> (usize, usize) {
-        let mut s = Stream(0xC0FFEE);
+        let mut s = SplitMix64::new(0xC0FFEE);
         let mut raw = Vec::new();
         let (mut decoded, mut inputs) = (0, 0);
         while inputs < cases {
-            let len = 64 + (s.next() % 1200) as usize;
+            let len = 64 + (s.next_u64() % 1200) as usize;
             s.fill(&mut raw, len);
             let Some(mut input) = seed_input(&raw) else { continue };
             inputs += 1;
             decoded += decode_frame(&input);
             let n = input.len();
-            match s.next() % 4 {
+            match s.next_u64() % 4 {
                 0 => {
-                    let at = 12 + (s.next() as usize) % (n - 12);
-                    input[at] ^= 1 << (s.next() % 8);
+                    let at = 12 + (s.next_u64() as usize) % (n - 12);
+                    input[at] ^= 1 << (s.next_u64() % 8);
                 }
-                1 => input.truncate(12 + (s.next() as usize) % (n - 12)),
+                1 => input.truncate(12 + (s.next_u64() as usize) % (n - 12)),
                 2 => {
-                    for _ in 0..1 + s.next() % 8 {
-                        input.push(s.next() as u8);
+                    for _ in 0..1 + s.next_u64() % 8 {
+                        input.push(s.next_u64() as u8);
                     }
                 }
                 _ => {
-                    let at = 12 + (s.next() as usize) % (n - 12);
-                    input[at] = s.next() as u8;
+                    let at = 12 + (s.next_u64() as usize) % (n - 12);
+                    input[at] = s.next_u64() as u8;
                 }
             }
             decoded += decode_frame(&input);

@@ -65,6 +65,7 @@
 //! ```
 
 mod link;
+mod rng;
 mod trace;
 
 use std::cmp::Reverse;
@@ -79,6 +80,9 @@ use rand_pcg::Pcg64Mcg;
 use crate::{ConfigError, Event, Host, HostConfig};
 use link::LinkState;
 pub use link::{BurstLoss, Fate, LinkConditions, LinkStats, REPLAY_HISTORY};
+#[cfg(test)]
+pub(crate) use rng::SplitMix64;
+pub use rng::seeded_rng;
 pub use trace::TraceRecord;
 
 /// A script deciding per datagram whether a link lets it through (`false` drops it):
@@ -130,7 +134,7 @@ impl Network {
         let start = Instant::now();
         Self {
             seed,
-            rng: Pcg64Mcg::new(u128::from(seed) << 1 | 1),
+            rng: rng::network_rng(seed),
             start,
             now: start,
             tick: None,
@@ -148,12 +152,7 @@ impl Network {
     /// Adds a host at `addr`. Its random generator derives from the network's seed and
     /// the address.
     pub fn add_host(&mut self, addr: SocketAddr, config: HostConfig) -> Result<(), ConfigError> {
-        let mut h = 0xcbf2_9ce4_8422_2325u64;
-        for b in addr.to_string().bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-        let rng = rand_pcg::Pcg32::new(self.seed ^ h, h | 1);
-        let host = Host::new(config, rng)?;
+        let host = Host::new(config, rng::host_rng(self.seed, addr))?;
         self.hosts.insert(addr, SimHost { host, events: VecDeque::new() });
         Ok(())
     }

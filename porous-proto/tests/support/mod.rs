@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use porous_proto::sim::seeded_rng;
 use porous_proto::{Event, Host, HostConfig, PeerId};
-use rand_pcg::Pcg32;
 
 pub const MS: Duration = Duration::from_millis(1);
 
@@ -26,10 +26,6 @@ impl Datagram {
     pub fn ty(&self) -> u8 {
         self.payload.first().copied().unwrap_or(0)
     }
-}
-
-pub fn rng(seed: u64) -> Pcg32 {
-    Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
 }
 
 pub struct Pair {
@@ -60,8 +56,8 @@ impl Pair {
     pub fn with_seeds(a: HostConfig, b: HostConfig, seed_a: u64, seed_b: u64) -> Self {
         let start = Instant::now();
         Self {
-            a: Host::new(a, rng(seed_a)).expect("valid config"),
-            b: Host::new(b, rng(seed_b)).expect("valid config"),
+            a: Host::new(a, seeded_rng(seed_a)).expect("valid config"),
+            b: Host::new(b, seeded_rng(seed_b)).expect("valid config"),
             a_addr: "10.0.0.1:4000".parse().expect("address"),
             b_addr: "10.0.0.2:5000".parse().expect("address"),
             start,
