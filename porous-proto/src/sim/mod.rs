@@ -493,14 +493,32 @@ impl Network {
 }
 
 /// The state of every link that carried something or was set, by direction.
-#[derive(Default)]
 struct Links {
     states: Vec<LinkState>,
     index: BTreeMap<(SocketAddr, SocketAddr), usize>,
-    /// The two links looked up last (the latest first, when it was not one of them):
-    /// between two hosts these are both directions, so most look-ups end here (what keeps
-    /// a carry as cheap as a push onto a queue).
-    recent: [Option<((SocketAddr, SocketAddr), usize)>; 2],
+    /// The two IPv4 links looked up last, as (from, to, index) with each address in one
+    /// word ([`word`]; `NONE` in an empty entry): between two hosts these are both
+    /// directions, so most look-ups end here, at the cost of two integer comparisons
+    /// (what keeps a carry as cheap as a push onto a queue, where comparing and copying
+    /// `SocketAddr`s would cost more than the push).
+    recent: [(u64, u64, usize); 2],
+}
+
+/// No address: [`word`] never gives it.
+const NONE: u64 = u64::MAX;
+
+/// An IPv4 address and port in one word (`None` for IPv6, which the cache passes by).
+fn word(addr: &SocketAddr) -> Option<u64> {
+    match addr {
+        SocketAddr::V4(a) => Some(u64::from(a.ip().to_bits()) << 16 | u64::from(a.port())),
+        SocketAddr::V6(_) => None,
+    }
+}
+
+impl Default for Links {
+    fn default() -> Self {
+        Self { states: Vec::new(), index: BTreeMap::new(), recent: [(NONE, NONE, 0); 2] }
+    }
 }
 
 impl Links {
@@ -508,21 +526,36 @@ impl Links {
         self.index.get(&(from, to)).and_then(|&i| self.states.get(i))
     }
 
-    /// The link from `from` to `to`, made with `default` conditions if there is none.
-    fn get_or_insert(&mut self, from: SocketAddr, to: SocketAddr, default: &LinkConditions) -> &mut LinkState {
-        let key = (from, to);
-        let i = match self.recent {
-            [Some((k, i)), _] | [_, Some((k, i))] if k == key => i,
-            [latest, _] => {
-                let states = &mut self.states;
-                let i = *self.index.entry(key).or_insert_with(|| {
-                    states.push(LinkState::new(*default));
-                    states.len() - 1
-                });
-                self.recent = [Some((key, i)), latest];
-                i
+    /// Where the link from `from` to `to` is, made with `default` conditions if there is
+    /// none.
+    #[inline]
+    fn find_or_insert(&mut self, from: SocketAddr, to: SocketAddr, default: &LinkConditions) -> usize {
+        if let (Some(f), Some(t)) = (word(&from), word(&to)) {
+            for &(rf, rt, i) in &self.recent {
+                if rf == f && rt == t {
+                    return i;
+                }
             }
-        };
+        }
+        self.find_or_insert_slowly(from, to, default)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn find_or_insert_slowly(&mut self, from: SocketAddr, to: SocketAddr, default: &LinkConditions) -> usize {
+        let states = &mut self.states;
+        let i = *self.index.entry((from, to)).or_insert_with(|| {
+            states.push(LinkState::new(*default));
+            states.len() - 1
+        });
+        if let (Some(f), Some(t)) = (word(&from), word(&to)) {
+            self.recent = [(f, t, i), self.recent[0]];
+        }
+        i
+    }
+
+    #[inline]
+    fn at(&mut self, i: usize) -> &mut LinkState {
         match self.states.get_mut(i) {
             Some(link) => link,
             None => unreachable!("an index points at its link"),
@@ -532,7 +565,8 @@ impl Links {
 
 impl Wires {
     fn link_mut(&mut self, from: SocketAddr, to: SocketAddr) -> &mut LinkState {
-        self.links.get_or_insert(from, to, &self.default_link)
+        let i = self.links.find_or_insert(from, to, &self.default_link);
+        self.links.at(i)
     }
 
     fn route(&mut self, from: SocketAddr, host: &mut Host) {
@@ -541,9 +575,31 @@ impl Wires {
         }
     }
 
+    #[inline]
     fn carry(&mut self, from: SocketAddr, to: SocketAddr, payload: Bytes) {
+        let i = self.links.find_or_insert(from, to, &self.default_link);
+        // The short way, for a held link with nothing to record or decide: a queue push.
+        if self.scripts.is_empty() && self.trace.is_none() && self.tap.is_none() {
+            let link = self.links.at(i);
+            if link.conditions.held {
+                link.stats.sent += 1;
+                link.stats.sent_bytes += payload.len() as u64;
+                link.held.push_back(payload);
+                return;
+            }
+        }
+        self.carry_on(i, from, to, payload);
+    }
+
+    /// Offers a datagram to the link at `link` (from `from` to `to`): the long way, with
+    /// scripts, conditions, the trace and the tap. (Kept out of line, so that `carry`'s
+    /// short way stays a few instructions.)
+    #[inline(never)]
+    fn carry_on(&mut self, link: usize, from: SocketAddr, to: SocketAddr, payload: Bytes) {
         let len = payload.len();
-        let scripted = match self.scripts.get_mut(&(from, to)) {
+        // (An empty map is not searched: most networks have no script.)
+        let script = if self.scripts.is_empty() { None } else { self.scripts.get_mut(&(from, to)) };
+        let scripted = match script {
             Some((index, script)) => {
                 let pass = script(*index, &payload);
                 *index += 1;
@@ -551,27 +607,18 @@ impl Wires {
             }
             None => false,
         };
-        let link = self.links.get_or_insert(from, to, &self.default_link);
-        let (trace, tap, now, start) = (&mut self.trace, &mut self.tap, self.now, self.start);
-        // Records the fate, given the time the datagram was sent (from the start), when
-        // the trace or the tap is on.
-        let mut record = |payload: &Bytes, fate: &dyn Fn(Duration) -> Fate| {
-            if trace.is_none() && tap.is_none() {
-                return;
-            }
-            let sent = now - start;
-            let fate = fate(sent);
-            if let Some(trace) = trace {
-                trace.push(TraceRecord { sent, from, to, len, fate });
-            }
-            if let Some(tap) = tap {
-                tap.push(TapRecord { sent, from, to, payload: payload.clone(), fate });
+        let link = self.links.at(link);
+        let recording = self.trace.is_some() || self.tap.is_some();
+        let sent = if recording { self.now - self.start } else { Duration::ZERO };
+        let mut record = |payload: &Bytes, fate: Fate| {
+            if recording {
+                record(&mut self.trace, &mut self.tap, TraceRecord { sent, from, to, len, fate }, payload);
             }
         };
         if link.conditions.held && !scripted {
             link.stats.sent += 1;
             link.stats.sent_bytes += len as u64;
-            record(&payload, &|_| Fate::Held);
+            record(&payload, Fate::Held);
             link.held.push_back(payload);
             return;
         }
@@ -601,14 +648,12 @@ impl Wires {
         }
         let carried = match fate {
             Ok(c) => c,
-            Err(f) => return record(&payload, &|_| f),
+            Err(f) => return record(&payload, f),
         };
         let (first, second) = carried.delays;
         let corrupted = carried.corrupt_bit.is_some();
         for delay in std::iter::once(first).chain(second) {
-            record(&payload, &|sent| {
-                if corrupted { Fate::Corrupted(sent + delay) } else { Fate::Delivered(sent + delay) }
-            });
+            record(&payload, if corrupted { Fate::Corrupted(sent + delay) } else { Fate::Delivered(sent + delay) });
         }
         let payload = match carried.corrupt_bit {
             Some(bit) => {
@@ -626,6 +671,17 @@ impl Wires {
             let arrival = Arrival { from, to, payload: payload.clone() };
             self.scheduled.push(Reverse(Scheduled { at: self.now + delay, seq, arrival }));
         }
+    }
+}
+
+/// Appends a datagram's record to the trace and, with its bytes, to the tap (those on).
+fn record(trace: &mut Option<Vec<TraceRecord>>, tap: &mut Option<Vec<TapRecord>>, r: TraceRecord, payload: &Bytes) {
+    if let Some(trace) = trace {
+        trace.push(r);
+    }
+    if let Some(tap) = tap {
+        let TraceRecord { sent, from, to, fate, .. } = r;
+        tap.push(TapRecord { sent, from, to, payload: payload.clone(), fate });
     }
 }
 

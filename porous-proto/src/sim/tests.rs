@@ -212,3 +212,28 @@ fn datagrams_due_together_arrive_in_the_order_they_were_sent() {
     let got: Vec<u8> = std::iter::from_fn(|| net.pop_arrival()).map(|d| d.payload[0]).collect();
     assert_eq!(got, (0..20).collect::<Vec<_>>());
 }
+
+#[test]
+fn links_are_told_apart_whatever_the_order_and_the_address_family() {
+    let v6 = |i: u16| SocketAddr::from(([0xfd00, 0, 0, 0, 0, 0, 0, i], 7000));
+    let (a, b, c, d, e) = (addr(1), addr(2), addr(3), v6(4), v6(5));
+    let mut net = Network::new(0);
+    net.set_default_link(LinkConditions::held());
+    // Two directions, a third link, IPv6 both ways and mixed, and back: more links than
+    // the look-up cache holds, in an order that misses it.
+    let sends = [(a, b), (b, a), (a, c), (d, e), (e, d), (a, d), (d, a), (a, b), (c, a), (b, a), (a, b)];
+    for (n, &(from, to)) in sends.iter().enumerate() {
+        net.inject(from, to, Bytes::from(vec![n as u8]));
+    }
+    let mut links = sends.to_vec();
+    links.sort();
+    links.dedup();
+    assert_eq!(links.len(), 8);
+    for (from, to) in links {
+        let got: Vec<u8> = net.held(from, to).release_all().map(|d| d[0]).collect();
+        let want: Vec<u8> = sends.iter().enumerate().filter(|(_, l)| **l == (from, to)).map(|(n, _)| n as u8).collect();
+        assert_eq!(got, want, "{from} -> {to}");
+        assert_eq!(net.link_stats(from, to).sent, want.len() as u64, "{from} -> {to}");
+    }
+    assert_eq!(net.held(c, b).len(), 0, "a link nothing was sent on");
+}
