@@ -8,4 +8,4 @@ mod host;
 mod wire;
 
 pub use host::{Forged, ForgedMessage, HostScript, Request, Side, Step, host};
-pub use wire::{ArbitraryDatagram, OwnedMessage, Refs, decode_frame, roundtrip, seed_input};
+pub use wire::{Refs, decode_frame, roundtrip, seed_input};

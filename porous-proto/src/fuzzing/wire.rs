@@ -2,8 +2,10 @@
 //! `roundtrip` (arbitrary valid datagrams through encoder and decoder).
 
 use arbitrary::{Arbitrary, Unstructured};
+use bytes::Bytes;
 
 use crate::seq::{PACKET_WINDOW, SeqSpace};
+use crate::transfer::OutMessage;
 use crate::wire::{
     self, AckRange, COOKIE_LEN, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, Expand, Fragment, Key,
     MAX_ACK_RANGES, MAX_FRAGMENTS, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
@@ -141,7 +143,7 @@ pub(super) fn ack_ranges(newest: u32, shape: &[(u8, u8)]) -> Vec<AckRange> {
 
 /// A valid datagram built from arbitrary input, with the references to decode it.
 #[derive(Debug)]
-pub enum ArbitraryDatagram {
+pub(crate) enum ArbitraryDatagram {
     Control(Control),
     Data {
         refs: Refs,
@@ -149,31 +151,9 @@ pub enum ArbitraryDatagram {
         ping: Option<u8>,
         ping_ack: Option<u8>,
         acks: Vec<AckRange>,
-        messages: Vec<OwnedMessage>,
+        /// Owned as the transfer layer owns the messages it sends.
+        messages: Vec<OutMessage>,
     },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedMessage {
-    pub kind: MessageKind,
-    pub channel: u8,
-    pub id: u32,
-    pub dependency: u32,
-    pub fragment: Fragment,
-    pub payload: Vec<u8>,
-}
-
-impl OwnedMessage {
-    pub(super) fn as_message(&self) -> Message<'_> {
-        Message {
-            kind: self.kind,
-            channel: self.channel,
-            id: self.id,
-            dependency: self.dependency,
-            fragment: self.fragment,
-            payload: &self.payload,
-        }
-    }
 }
 
 pub(super) fn arbitrary_request(u: &mut Unstructured<'_>) -> arbitrary::Result<ConnectRequest> {
@@ -191,13 +171,13 @@ pub(super) fn arbitrary_request(u: &mut Unstructured<'_>) -> arbitrary::Result<C
     })
 }
 
-fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<OwnedMessage> {
+fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<OutMessage> {
     let kind = MessageKind::arbitrary(u)?;
     let channel = u.arbitrary()?;
     let id = SeqSpace::PACKET.wrap(u.arbitrary()?);
     let (dependency, fragment, payload) = match kind {
-        MessageKind::WindowAck => (0, Fragment::WHOLE, Vec::new()),
-        MessageKind::Sentinel => (u.int_in_range(0..=PACKET_WINDOW - 1)?, Fragment::WHOLE, Vec::new()),
+        MessageKind::WindowAck => (0, Fragment::WHOLE, Bytes::new()),
+        MessageKind::Sentinel => (u.int_in_range(0..=PACKET_WINDOW - 1)?, Fragment::WHOLE, Bytes::new()),
         MessageKind::Fragment(_) => {
             let fragment = if u.arbitrary()? {
                 let count = u.int_in_range(2..=MAX_FRAGMENTS)?;
@@ -206,10 +186,10 @@ fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<
                 Fragment::WHOLE
             };
             let len = if last { u.len().min(2000) } else { usize::from(u.arbitrary::<u8>()?) };
-            (u.int_in_range(0..=PACKET_WINDOW - 1)?, fragment, u.bytes(len.min(u.len()))?.to_vec())
+            (u.int_in_range(0..=PACKET_WINDOW - 1)?, fragment, Bytes::copy_from_slice(u.bytes(len.min(u.len()))?))
         }
     };
-    Ok(OwnedMessage { kind, channel, id, dependency, fragment, payload })
+    Ok(OutMessage { kind, channel, id, dependency, fragment, payload })
 }
 
 impl<'a> Arbitrary<'a> for ArbitraryDatagram {
@@ -265,7 +245,7 @@ pub fn seed_input(data: &[u8]) -> Option<Vec<u8>> {
             let key = Key::connection(refs.frame, refs.packet);
             let header =
                 DataHeader { frame: frame.map(|id| (id, frame_bytes(id, refs.frame))), ping, ping_ack, acks: &acks };
-            let msgs: Vec<Message<'_>> = messages.iter().map(OwnedMessage::as_message).collect();
+            let msgs: Vec<Message<'_>> = messages.iter().map(OutMessage::as_wire).collect();
             (refs, key, encode_data(&header, &msgs, key, &refs))
         }
     };
@@ -296,25 +276,15 @@ pub fn roundtrip(data: &[u8]) -> usize {
             let key = Key::connection(refs.frame, 1);
             let header =
                 DataHeader { frame: frame.map(|id| (id, frame_bytes(id, refs.frame))), ping, ping_ack, acks: &acks };
-            let msgs: Vec<Message<'_>> = messages.iter().map(OwnedMessage::as_message).collect();
+            let msgs: Vec<Message<'_>> = messages.iter().map(OutMessage::as_wire).collect();
             let out = encode_data(&header, &msgs, key, &refs);
             let d = Data::decode(&out, key, &refs).expect("an encoded datagram decodes"); // ok: a finding
             assert_eq!(d.frame_id, frame);
             assert_eq!((d.ping, d.ping_ack), (ping, ping_ack));
             assert_eq!(d.acks().collect::<Vec<_>>(), acks);
-            let got: Vec<OwnedMessage> = d
-                .messages(&refs)
-                .map(|m| OwnedMessage {
-                    kind: m.kind,
-                    channel: m.channel,
-                    id: m.id,
-                    dependency: m.dependency,
-                    fragment: m.fragment,
-                    payload: m.payload.to_vec(),
-                })
-                .collect();
+            let got: Vec<Message<'_>> = d.messages(&refs).collect();
             // A message with an empty payload as the last one of a frame is re-read the same.
-            assert_eq!(got, messages);
+            assert_eq!(got, msgs);
             let predicted: usize = {
                 let mut run = wire::RunContext::default();
                 let mut sum = header.len();
