@@ -2,7 +2,8 @@
 //! bytes per second, and heap allocations per message in steady state.
 //!
 //! Workloads, each on a perfect link driven by a simulated clock that advances a fixed
-//! tick per round:
+//! tick per round (the simulator's network with both links held: datagrams wait in the
+//! link's queue until the receiver's turn):
 //!
 //! - `reliable_32B/batch{1,32,1024}`: host A sends that many 32-byte reliable packets per
 //!   1 ms round to host B;
@@ -35,15 +36,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
+use porous_proto::sim::{LinkConditions, Network, seeded_rng};
 use porous_proto::{Event, Host, HostConfig, PeerId, SendError, SendMode};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-fn rng(seed: u64) -> rand_pcg::Pcg32 {
-    rand_pcg::Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
-}
 
 /// Messages and payload bytes delivered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,9 +61,9 @@ struct Pair {
     ab: PeerId,
     /// B's id of A.
     ba: PeerId,
-    /// Datagrams on the wire, reused.
-    a_to_b: Vec<Bytes>,
-    b_to_a: Vec<Bytes>,
+    /// The links both ways, held: a datagram waits in its link's queue (reused) until the
+    /// round hands it over.
+    net: Network,
     /// Delivered at B (from A) and at A (from B).
     at_b: Tally,
     at_a: Tally,
@@ -77,9 +75,11 @@ impl Pair {
     fn new(config: &HostConfig) -> Self {
         let a_addr: SocketAddr = "10.0.0.1:9000".parse().expect("address");
         let b_addr: SocketAddr = "10.0.0.2:9000".parse().expect("address");
-        let mut a = Host::new(config.clone(), rng(1)).expect("valid config");
-        let b = Host::new(config.clone(), rng(2)).expect("valid config");
-        let now = Instant::now();
+        let mut a = Host::new(config.clone(), seeded_rng(1)).expect("valid config");
+        let b = Host::new(config.clone(), seeded_rng(2)).expect("valid config");
+        let mut net = Network::new(0);
+        net.set_link_both(a_addr, b_addr, LinkConditions::held());
+        let now = net.now();
         let ab = a.connect(now, b_addr).expect("connect");
         let mut p = Self {
             a,
@@ -89,15 +89,14 @@ impl Pair {
             now,
             ab,
             ba: ab,
-            a_to_b: Vec::with_capacity(4096),
-            b_to_a: Vec::with_capacity(4096),
+            net,
             at_b: Tally::default(),
             at_a: Tally::default(),
             backlog: 0,
         };
         let (mut a_up, mut b_up) = (false, false);
         for _ in 0..100 {
-            p.now += Duration::from_millis(1);
+            p.tick(Duration::from_millis(1));
             p.a.step(p.now);
             p.b.step(p.now);
             p.carry();
@@ -117,28 +116,28 @@ impl Pair {
         panic!("the hosts did not connect");
     }
 
+    /// Advances the clock by `d`.
+    fn tick(&mut self, d: Duration) {
+        self.net.advance_to(self.now + d);
+        self.now = self.net.now();
+    }
+
     fn collect_a(&mut self) {
-        while let Some(t) = self.a.poll_transmit() {
-            debug_assert_eq!(t.remote, self.b_addr);
-            self.a_to_b.push(t.payload);
-        }
+        self.net.route(self.a_addr, &mut self.a);
     }
 
     fn collect_b(&mut self) {
-        while let Some(t) = self.b.poll_transmit() {
-            debug_assert_eq!(t.remote, self.a_addr);
-            self.b_to_a.push(t.payload);
-        }
+        self.net.route(self.b_addr, &mut self.b);
     }
 
     fn deliver_to_b(&mut self) {
-        for d in self.a_to_b.drain(..) {
+        for d in self.net.held(self.a_addr, self.b_addr).release_all() {
             self.b.handle_datagram(self.now, self.a_addr, &d);
         }
     }
 
     fn deliver_to_a(&mut self) {
-        for d in self.b_to_a.drain(..) {
+        for d in self.net.held(self.b_addr, self.a_addr).release_all() {
             self.a.handle_datagram(self.now, self.b_addr, &d);
         }
     }
@@ -186,7 +185,7 @@ impl Pair {
     /// One round of bulk transfer A to B; returns the time spent in the sender's calls and
     /// in the receiver's.
     fn bulk_round(&mut self, msg: &Bytes, n: usize, tick: Duration) -> (Duration, Duration) {
-        self.now += tick;
+        self.tick(tick);
         let t0 = Instant::now();
         self.queue_a(msg, n, SendMode::Reliable);
         self.a.step(self.now);
@@ -313,7 +312,7 @@ impl Game {
     /// One engine tick on both sides: queue, step, exchange, drain.
     fn tick(&mut self) {
         let p = &mut self.p;
-        p.now += GAME_TICK;
+        p.tick(GAME_TICK);
         for _ in 0..3 {
             p.a.send(p.ab, 0, self.input.clone(), SendMode::Reliable).expect("input queued");
         }

@@ -276,7 +276,7 @@ fn a_restarted_host_is_told_its_old_connection_is_stale_and_can_reconnect_later(
     let mut p = Pair::new(HostConfig::default(), HostConfig::default());
     p.establish();
     // a restarts on the same address: a fresh host with another seed.
-    p.a = porous_proto::Host::new(HostConfig::default(), support::rng(99)).unwrap();
+    p.a = porous_proto::Host::new(HostConfig::default(), porous_proto::sim::seeded_rng(99)).unwrap();
     p.events_a.clear();
     let first = p.connect();
     p.run_for(SEC);
@@ -424,7 +424,8 @@ fn send_errors_are_precise() {
     // Once acknowledged, the queue drains and reliable sends work again.
     p.run_for(SEC);
     p.a.send(pa, 1, Bytes::from(vec![0; 1000]), SendMode::Reliable).unwrap();
-    let bogus = porous_proto::Host::new(HostConfig::default(), support::rng(5)).unwrap().peers().next();
+    let bogus =
+        porous_proto::Host::new(HostConfig::default(), porous_proto::sim::seeded_rng(5)).unwrap().peers().next();
     assert!(bogus.is_none());
 }
 

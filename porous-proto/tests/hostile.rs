@@ -6,19 +6,15 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use porous_proto::sim::seeded_rng;
 use porous_proto::wire::{
     AckRange, ChannelSet, ConnectRequest, Control, Data, DataHeader, DataWriter, Expand, Fragment, Key, Message,
     MessageKind,
 };
 use porous_proto::{DisconnectReason, Event, Host, HostConfig, PeerState, SendMode, Transmit};
-use rand_pcg::Pcg32;
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
-
-fn rng(seed: u64) -> Pcg32 {
-    Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
-}
 
 fn addr(a: u8, b: u8, port: u16) -> SocketAddr {
     SocketAddr::from(([10, 1, a, b], port))
@@ -27,7 +23,7 @@ fn addr(a: u8, b: u8, port: u16) -> SocketAddr {
 const SERVER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)), 9000);
 
 fn server(config: HostConfig) -> Host {
-    Host::new(config, rng(1)).unwrap()
+    Host::new(config, seeded_rng(1)).unwrap()
 }
 
 fn drain(host: &mut Host) -> Vec<Transmit> {
@@ -196,7 +192,7 @@ fn a_spoofed_connect_flood_allocates_little_and_a_real_client_still_gets_in() {
 
     // A real client, under the flood, answers the challenge and gets in.
     let client_addr: SocketAddr = "10.9.9.9:5000".parse().unwrap();
-    let mut client = Host::new(HostConfig::default(), rng(2)).unwrap();
+    let mut client = Host::new(HostConfig::default(), seeded_rng(2)).unwrap();
     let t = t0 + Duration::from_secs(1);
     let peer = client.connect(t, SERVER).unwrap();
     let mut connected = false;

@@ -9,6 +9,7 @@ use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use super::admission::{Admission, EvictionTier};
 use super::*;
 use crate::seq::SeqSpace;
+use crate::sim::SplitMix64;
 use crate::transfer::MESSAGE_OVERHEAD;
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 
@@ -387,19 +388,11 @@ impl Arbitrary for Scenario {
     }
 }
 
-struct Rng(u64);
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.next_u64() % n.max(1)
     }
 
     fn percent(&mut self, p: u8) -> bool {
@@ -428,7 +421,7 @@ fn admit(r: &mut ChannelReceiver, budget: &mut Budget, m: &OutMessage) -> Option
 
 /// Runs a scenario; returns the packets delivered, in delivery order.
 fn run(sc: &Scenario) -> Result<Vec<u32>, String> {
-    let mut rng = Rng(sc.seed);
+    let mut rng = Rng(SplitMix64::new(sc.seed));
     let params = if sc.small_window { ChannelParams { window: 16, ack_spacing: 4 } } else { ChannelParams::default() };
     let first =
         if sc.near_wrap { SeqSpace::PACKET.sub(0, 5 + rng.below(40) as u32) } else { rng.below(1 << 24) as u32 };

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::{Bytes, BytesMut};
-use rand_pcg::Pcg32;
 
 use super::wire::{ack_ranges, arbitrary_request};
 use crate::channel::ENTRY_OVERHEAD;
@@ -34,6 +33,7 @@ use crate::config::{ChannelConfig, HostConfig, SequenceStart};
 use crate::event::{Event, PeerId};
 use crate::host::Host;
 use crate::seq::{PACKET_WINDOW, SeqSpace};
+use crate::sim::{Held, LinkConditions, Network, seeded_rng};
 use crate::stats::PeerState;
 use crate::wire::{
     self, CHECK_LEN, ConnectRequest, Control, DataHeader, DataWriter, Fragment, Key, MAX_FRAGMENTS, Message,
@@ -46,7 +46,7 @@ const STRANGERS: u8 = 8;
 const CHANNELS: usize = 3;
 /// Steps per script: enough to fill every cap, few enough for thousands of runs a second.
 const MAX_STEPS: usize = 400;
-/// Datagrams in flight per direction; the oldest are lost beyond it.
+/// Datagrams held per direction; the oldest are lost beyond it.
 const MAX_IN_FLIGHT: usize = 256;
 /// Simulated time the healed network gets to deliver everything at the end.
 const HEAL_FOR: Duration = Duration::from_secs(60);
@@ -328,12 +328,14 @@ fn mode_byte(m: SendMode) -> u8 {
     }
 }
 
+/// The two hosts on a simulated network whose two links are held: the script is the
+/// network, and moves every datagram between them by hand.
 struct World {
-    now: Instant,
+    net: Network,
     hosts: [Host; 2],
     caps: Caps,
-    in_flight: [VecDeque<(SocketAddr, Vec<u8>)>; 2],
-    last: [Option<(SocketAddr, Vec<u8>)>; 2],
+    /// Per receiving side, the datagram it was handed last (by `Step::Deliver`), to replay.
+    last: [Option<Bytes>; 2],
     strangers: [Stranger; STRANGERS as usize],
     /// Per sending side: the connection number, and the peer id it was for.
     connection: [(u32, Option<PeerId>); 2],
@@ -353,13 +355,15 @@ pub fn host(data: &[u8]) -> usize {
 
 fn run(script: &HostScript) -> usize {
     let cfg = config(script);
-    let make = |seed| Host::new(cfg.clone(), Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)).expect("a valid config"); // ok: a fixed config
-    let t0 = Instant::now();
+    let make = |seed| Host::new(cfg.clone(), seeded_rng(seed)).expect("a valid config"); // ok: a fixed config
+    // No randomness is drawn: held links carry nothing by themselves.
+    let mut net = Network::new(0);
+    net.set_link_both(CLIENT, SERVER, LinkConditions::held());
+    let t0 = net.now();
     let mut w = World {
-        now: t0,
+        net,
         hosts: [make(1), make(2)],
         caps: Caps::of(&cfg),
-        in_flight: Default::default(),
         last: Default::default(),
         strangers: Default::default(),
         connection: Default::default(),
@@ -385,29 +389,42 @@ impl World {
         &mut self.hosts[side.index()]
     }
 
+    fn now(&self) -> Instant {
+        self.net.now()
+    }
+
+    fn wait(&mut self, d: Duration) {
+        let at = self.now() + d;
+        self.net.advance_to(at);
+    }
+
+    /// The held link towards `to`.
+    fn link(&mut self, to: Side) -> Held<'_> {
+        self.net.held(to.other().addr(), to.addr())
+    }
+
     fn step(&mut self, step: &Step) {
         match step {
-            Step::Advance(ms) => self.now += Duration::from_millis(u64::from(*ms)),
-            Step::Wait(tenths) => self.now += Duration::from_millis(100 * u64::from(*tenths)),
-            Step::Deliver(to) => self.deliver(*to),
+            Step::Advance(ms) => self.wait(Duration::from_millis(u64::from(*ms))),
+            Step::Wait(tenths) => self.wait(Duration::from_millis(100 * u64::from(*tenths))),
+            Step::Deliver(to) => {
+                self.deliver(*to);
+            }
             Step::DeliverAll => self.deliver_all(),
-            Step::Drop(to) => drop(self.in_flight[to.index()].pop_front()),
+            Step::Drop(to) => {
+                self.link(*to).drop_next();
+            }
             Step::Duplicate(to) => {
-                if let Some(d) = self.in_flight[to.index()].front().cloned() {
-                    self.in_flight[to.index()].push_back(d);
-                }
+                self.link(*to).duplicate_next();
             }
             Step::Reorder(to) => {
-                let q = &mut self.in_flight[to.index()];
-                if let Some(d) = q.pop_front() {
-                    q.push_back(d);
-                }
+                self.link(*to).requeue_next();
             }
             Step::Corrupt { to, at, xor, reseal } => self.corrupt(*to, usize::from(*at), *xor, *reseal),
             Step::Replay(to) => {
-                if let Some((from, d)) = self.last[to.index()].clone() {
-                    let now = self.now;
-                    self.host(*to).handle_datagram(now, from, &d);
+                if let Some(d) = self.last[to.index()].clone() {
+                    let now = self.now();
+                    self.host(*to).handle_datagram(now, to.other().addr(), &d);
                 }
             }
             Step::Raw { to, stranger, bytes } => {
@@ -419,7 +436,7 @@ impl World {
                 {
                     st.bytes_in += bytes.len();
                 }
-                let now = self.now;
+                let now = self.now();
                 self.host(*to).handle_datagram(now, from, bytes);
             }
             Step::Forge { to, datagram } => self.forge(*to, datagram),
@@ -438,12 +455,12 @@ impl World {
                 self.send(*from, usize::from(*channel), usize::from(*len), *mode);
             }
             Step::Connect(side) => {
-                let now = self.now;
+                let now = self.now();
                 let _ = self.host(*side).connect(now, side.other().addr());
             }
             Step::Disconnect { side, now: at_once } => {
                 let Some(peer) = self.host(*side).peer_by_addr(side.other().addr()) else { return };
-                let now = self.now;
+                let now = self.now();
                 if *at_once {
                     self.host(*side).disconnect_now(now, peer);
                 } else {
@@ -453,24 +470,24 @@ impl World {
         }
     }
 
-    fn deliver(&mut self, to: Side) {
-        if let Some((from, d)) = self.in_flight[to.index()].pop_front() {
-            let now = self.now;
-            self.host(to).handle_datagram(now, from, &d);
-            self.last[to.index()] = Some((from, d));
-        }
+    /// Hands the next datagram held towards `to` over; `false` if there was none.
+    fn deliver(&mut self, to: Side) -> bool {
+        let Some(d) = self.link(to).release() else { return false };
+        let now = self.now();
+        self.host(to).handle_datagram(now, to.other().addr(), &d);
+        self.last[to.index()] = Some(d);
+        true
     }
 
     fn deliver_all(&mut self) {
         for side in [Side::Client, Side::Server] {
-            while !self.in_flight[side.index()].is_empty() {
-                self.deliver(side);
-            }
+            while self.deliver(side) {}
         }
     }
 
     fn corrupt(&mut self, to: Side, at: usize, xor: u8, reseal: bool) {
-        let Some((from, mut d)) = self.in_flight[to.index()].pop_front() else { return };
+        let Some(d) = self.link(to).take_next() else { return };
+        let (from, mut d) = (to.other().addr(), d.to_vec());
         if d.is_empty() {
             return;
         }
@@ -483,7 +500,7 @@ impl World {
                 d = body;
             }
         }
-        let now = self.now;
+        let now = self.now();
         self.host(to).handle_datagram(now, from, &d);
     }
 
@@ -515,7 +532,7 @@ impl World {
         let mut body = out.get(..len.saturating_sub(CHECK_LEN)).unwrap_or_default().to_vec();
         if self.hosts[to.index()].seal_from(from, &mut body) {
             self.tainted[to.index()] = true;
-            let now = self.now;
+            let now = self.now();
             self.host(to).handle_datagram(now, from, &body);
         }
     }
@@ -526,7 +543,7 @@ impl World {
         if let Some(st) = self.strangers.get_mut(usize::from(i)) {
             st.bytes_in += out.len();
         }
-        let now = self.now;
+        let now = self.now();
         self.host(Side::Server).handle_datagram(now, stranger_addr(i), &out);
     }
 
@@ -580,10 +597,10 @@ impl World {
     fn settle(&mut self) -> usize {
         let mut checked = 0;
         for side in [Side::Client, Side::Server] {
-            let now = self.now;
+            let now = self.now();
             self.host(side).step(now);
             while let Some(t) = self.host(side).poll_transmit() {
-                self.route(side, t.remote, t.payload.to_vec());
+                self.route(side, t.remote, t.payload);
             }
             while let Some(e) = self.host(side).poll_event() {
                 checked += self.on_event(side, e);
@@ -593,16 +610,16 @@ impl World {
         checked
     }
 
-    fn route(&mut self, from: Side, to: SocketAddr, payload: Vec<u8>) {
+    fn route(&mut self, from: Side, to: SocketAddr, payload: Bytes) {
         let connected = |h: &Host| {
             h.peer_by_addr(to).and_then(|p| h.peer_stats(p)).is_some_and(|s| s.state == PeerState::Connected)
         };
         if to == from.other().addr() {
-            let q = &mut self.in_flight[from.other().index()];
-            if q.len() == MAX_IN_FLIGHT {
-                q.pop_front();
+            let mut link = self.link(from.other());
+            if link.len() == MAX_IN_FLIGHT {
+                link.drop_next();
             }
-            q.push_back((from.addr(), payload));
+            self.net.inject(from.addr(), to, payload);
             return;
         }
         if !connected(&self.hosts[from.index()]) {
@@ -676,14 +693,14 @@ impl World {
     /// forgeries, every reliable packet sent must arrive.
     fn heal(&mut self) -> usize {
         let mut checked = 0;
-        let end = self.now + HEAL_FOR;
-        while self.now < end {
+        let end = self.now() + HEAL_FOR;
+        while self.now() < end {
             self.deliver_all();
             checked += self.settle();
             if self.tainted.iter().any(|&t| t) || !self.live() || !self.undelivered() {
                 return checked;
             }
-            self.now += Duration::from_millis(5);
+            self.wait(Duration::from_millis(5));
         }
         if self.live() && self.undelivered() {
             // What the fuzzer's report needs to explain the stall.
@@ -742,13 +759,13 @@ fn forged_message<'f>(m: &ForgedMessage, bases: &[u32], filler: &'f [u8]) -> Mes
 
 #[cfg(test)]
 mod tests {
-    use super::super::Stream;
     use super::*;
+    use crate::sim::SplitMix64;
 
     /// Replays the target over seeded pseudo-random scripts, so `cargo test` covers it.
     #[test]
     fn replay_host() {
-        let mut s = Stream(0x4057);
+        let mut s = SplitMix64::new(0x4057);
         let mut buf = Vec::new();
         let mut checked = 0;
         let cases = 2000;

@@ -2,8 +2,10 @@
 //! `roundtrip` (arbitrary valid datagrams through encoder and decoder).
 
 use arbitrary::{Arbitrary, Unstructured};
+use bytes::Bytes;
 
 use crate::seq::{PACKET_WINDOW, SeqSpace};
+use crate::transfer::{OutMessage, Tag};
 use crate::wire::{
     self, AckRange, COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, Expand,
     Fragment, Key, MAX_ACK_RANGES, MAX_FRAGMENTS, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
@@ -143,7 +145,7 @@ pub(super) fn ack_ranges(newest: u32, shape: &[(u8, u8)]) -> Vec<AckRange> {
 
 /// A valid datagram built from arbitrary input, with the references to decode it.
 #[derive(Debug)]
-pub enum ArbitraryDatagram<'a> {
+pub(crate) enum ArbitraryDatagram<'a> {
     Control(Control<'a>),
     Data {
         refs: Refs,
@@ -151,31 +153,9 @@ pub enum ArbitraryDatagram<'a> {
         ping: Option<u8>,
         ping_ack: Option<u8>,
         acks: Vec<AckRange>,
-        messages: Vec<OwnedMessage>,
+        /// Owned as the transfer layer owns the messages it sends.
+        messages: Vec<OutMessage>,
     },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedMessage {
-    pub kind: MessageKind,
-    pub channel: u8,
-    pub id: u32,
-    pub dependency: u32,
-    pub fragment: Fragment,
-    pub payload: Vec<u8>,
-}
-
-impl OwnedMessage {
-    pub(super) fn as_message(&self) -> Message<'_> {
-        Message {
-            kind: self.kind,
-            channel: self.channel,
-            id: self.id,
-            dependency: self.dependency,
-            fragment: self.fragment,
-            payload: &self.payload,
-        }
-    }
 }
 
 pub(super) fn arbitrary_request(u: &mut Unstructured<'_>) -> arbitrary::Result<ConnectRequest> {
@@ -209,13 +189,13 @@ fn arbitrary_request_with_unordered(u: &mut Unstructured<'_>) -> arbitrary::Resu
     Ok(request)
 }
 
-fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<OwnedMessage> {
+fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<OutMessage> {
     let kind = MessageKind::arbitrary(u)?;
     let channel = u.arbitrary()?;
     let id = SeqSpace::PACKET.wrap(u.arbitrary()?);
     let (dependency, fragment, payload) = match kind {
-        MessageKind::WindowAck => (0, Fragment::WHOLE, Vec::new()),
-        MessageKind::Sentinel => (u.int_in_range(0..=PACKET_WINDOW - 1)?, Fragment::WHOLE, Vec::new()),
+        MessageKind::WindowAck => (0, Fragment::WHOLE, Bytes::new()),
+        MessageKind::Sentinel => (u.int_in_range(0..=PACKET_WINDOW - 1)?, Fragment::WHOLE, Bytes::new()),
         MessageKind::Fragment(_) => {
             let fragment = if u.arbitrary()? {
                 let count = u.int_in_range(2..=MAX_FRAGMENTS)?;
@@ -224,10 +204,10 @@ fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<
                 Fragment::WHOLE
             };
             let len = if last { u.len().min(2000) } else { usize::from(u.arbitrary::<u8>()?) };
-            (u.int_in_range(0..=PACKET_WINDOW - 1)?, fragment, u.bytes(len.min(u.len()))?.to_vec())
+            (u.int_in_range(0..=PACKET_WINDOW - 1)?, fragment, Bytes::copy_from_slice(u.bytes(len.min(u.len()))?))
         }
     };
-    Ok(OwnedMessage { kind, channel, id, dependency, fragment, payload })
+    Ok(OutMessage { kind, channel, id, dependency, fragment, payload, tag: Tag::Plain })
 }
 
 impl<'a> Arbitrary<'a> for ArbitraryDatagram<'a> {
@@ -287,7 +267,7 @@ pub fn seed_input(data: &[u8]) -> Option<Vec<u8>> {
             let key = Key::connection(refs.frame, refs.packet);
             let frame = frame.map(|id| (id, frame_bytes(id, refs.frame)));
             let header = DataHeader { frame, ping, ping_ack, acks: &acks, ack_delay: 0 };
-            let msgs: Vec<Message<'_>> = messages.iter().map(OwnedMessage::as_message).collect();
+            let msgs: Vec<Message<'_>> = messages.iter().map(OutMessage::as_wire).collect();
             (refs, key, encode_data(&header, &msgs, key, &refs))
         }
     };
@@ -328,26 +308,16 @@ pub fn roundtrip(data: &[u8]) -> usize {
             let ack_delay = acks.first().map_or(0, |r| r.first.wrapping_sub(r.last) & 0x3FFF);
             let frame_field = frame.map(|id| (id, frame_bytes(id, refs.frame)));
             let header = DataHeader { frame: frame_field, ping, ping_ack, acks: &acks, ack_delay };
-            let msgs: Vec<Message<'_>> = messages.iter().map(OwnedMessage::as_message).collect();
+            let msgs: Vec<Message<'_>> = messages.iter().map(OutMessage::as_wire).collect();
             let out = encode_data(&header, &msgs, key, &refs);
             let d = Data::decode(&out, key, &refs).expect("an encoded datagram decodes"); // ok: a finding
             assert_eq!(d.frame_id, frame);
             assert_eq!((d.ping, d.ping_ack), (ping, ping_ack));
             assert_eq!(d.acks().collect::<Vec<_>>(), acks);
             assert_eq!(d.ack_delay, ack_delay);
-            let got: Vec<OwnedMessage> = d
-                .messages(&refs)
-                .map(|m| OwnedMessage {
-                    kind: m.kind,
-                    channel: m.channel,
-                    id: m.id,
-                    dependency: m.dependency,
-                    fragment: m.fragment,
-                    payload: m.payload.to_vec(),
-                })
-                .collect();
+            let got: Vec<Message<'_>> = d.messages(&refs).collect();
             // A message with an empty payload as the last one of a frame is re-read the same.
-            assert_eq!(got, messages);
+            assert_eq!(got, msgs);
             let predicted: usize = {
                 let mut run = wire::RunContext::default();
                 let mut sum = header.len();
@@ -365,14 +335,14 @@ pub fn roundtrip(data: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Stream;
     use super::*;
+    use crate::sim::SplitMix64;
 
     /// Replays each target over seeded pseudo-random inputs, so `cargo test` on stable
     /// covers the fuzz targets too.
     fn replay(target: fn(&[u8]) -> usize, cases: usize) -> usize {
         let mut total = 0;
-        let mut s = Stream(0x5EED);
+        let mut s = SplitMix64::new(0x5EED);
         let mut buf = Vec::new();
         for i in 0..cases {
             s.fill(&mut buf, (i * 7919) % 1500);
@@ -384,30 +354,30 @@ mod tests {
     /// Replays `decode_frame` over valid datagrams and mutations of them: bit flips,
     /// truncation, extension and byte splices, the way a fuzzer mutates a seed corpus.
     fn replay_mutated(cases: usize) -> (usize, usize) {
-        let mut s = Stream(0xC0FFEE);
+        let mut s = SplitMix64::new(0xC0FFEE);
         let mut raw = Vec::new();
         let (mut decoded, mut inputs) = (0, 0);
         while inputs < cases {
-            let len = 64 + (s.next() % 1200) as usize;
+            let len = 64 + (s.next_u64() % 1200) as usize;
             s.fill(&mut raw, len);
             let Some(mut input) = seed_input(&raw) else { continue };
             inputs += 1;
             decoded += decode_frame(&input);
             let n = input.len();
-            match s.next() % 4 {
+            match s.next_u64() % 4 {
                 0 => {
-                    let at = 12 + (s.next() as usize) % (n - 12);
-                    input[at] ^= 1 << (s.next() % 8);
+                    let at = 12 + (s.next_u64() as usize) % (n - 12);
+                    input[at] ^= 1 << (s.next_u64() % 8);
                 }
-                1 => input.truncate(12 + (s.next() as usize) % (n - 12)),
+                1 => input.truncate(12 + (s.next_u64() as usize) % (n - 12)),
                 2 => {
-                    for _ in 0..1 + s.next() % 8 {
-                        input.push(s.next() as u8);
+                    for _ in 0..1 + s.next_u64() % 8 {
+                        input.push(s.next_u64() as u8);
                     }
                 }
                 _ => {
-                    let at = 12 + (s.next() as usize) % (n - 12);
-                    input[at] = s.next() as u8;
+                    let at = 12 + (s.next_u64() as usize) % (n - 12);
+                    input[at] = s.next_u64() as u8;
                 }
             }
             decoded += decode_frame(&input);

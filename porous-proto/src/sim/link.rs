@@ -1,7 +1,9 @@
 //! One direction of a simulated link: its conditions, and the fate of each datagram.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use rand_core::Rng;
 
 /// Two-state (Gilbert-Elliott) burst loss: the link moves between a good and a bad state
@@ -55,6 +57,10 @@ pub struct LinkConditions {
     pub mtu: Option<usize>,
     /// The link carries nothing.
     pub down: bool,
+    /// The link delivers nothing by itself: every datagram waits in the link's queue until
+    /// the caller releases, drops, duplicates, reorders or takes it (the `*_held` methods
+    /// of [`Network`](super::Network)). Nothing else here applies to a held link.
+    pub held: bool,
 }
 
 impl Default for LinkConditions {
@@ -76,6 +82,7 @@ impl Default for LinkConditions {
             queue: 0,
             mtu: None,
             down: false,
+            held: false,
         }
     }
 }
@@ -84,6 +91,14 @@ impl LinkConditions {
     /// A perfect link with the given one-way latency.
     pub fn perfect(latency: Duration) -> Self {
         Self { latency, ..Self::default() }
+    }
+
+    /// A link the caller drives by hand: datagrams wait until released (the field
+    /// [`held`](#structfield.held)). For tests that decide the order, loss, duplication
+    /// and corruption of every datagram themselves, such as a fuzzer, and for benchmarks
+    /// that want the cheapest carry there is.
+    pub fn held() -> Self {
+        Self { latency: Duration::ZERO, held: true, ..Self::default() }
     }
 
     /// Wired LAN: 0.2 ms one way, 50 us jitter, no loss, 1 Gbit/s with 1 MB of buffer.
@@ -179,6 +194,8 @@ pub enum Fate {
     Down,
     /// Dropped by a script (see `Network::script`).
     Scripted,
+    /// Queued on a held link, to be released (or not) by the caller.
+    Held,
 }
 
 /// Counters of one direction of a link.
@@ -205,7 +222,7 @@ pub struct LinkStats {
     pub corrupted: u64,
     /// Dropped for their size.
     pub too_big: u64,
-    /// Dropped while the link was down or by a script.
+    /// Dropped while the link was down, by a script, or from a held link's queue.
     pub dropped: u64,
 }
 
@@ -222,7 +239,9 @@ pub(crate) struct LinkState {
     /// Latest arrival so far of a datagram not held back: jitter never goes below it.
     last_arrival: Option<Instant>,
     /// The latest datagrams that crossed, for replays (kept only while replay is on).
-    pub(crate) history: std::collections::VecDeque<bytes::Bytes>,
+    pub(crate) history: VecDeque<Bytes>,
+    /// What a held link holds, oldest first.
+    pub(crate) held: VecDeque<Bytes>,
 }
 
 /// A uniform draw in `[0, 1)`.

@@ -1,7 +1,10 @@
-//! The trace of a simulation: every datagram, who sent it, and what became of it.
+//! The trace of a simulation: every datagram, who sent it, and what became of it; and the
+//! tap, which adds its bytes.
 
 use std::net::SocketAddr;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use super::Fate;
 
@@ -32,6 +35,32 @@ impl core::fmt::Display for TraceRecord {
             Fate::TooBig => f.write_str("dropped: above the link MTU"),
             Fate::Down => f.write_str("dropped: link down"),
             Fate::Scripted => f.write_str("dropped by script"),
+            Fate::Held => f.write_str("held"),
         }
+    }
+}
+
+/// One datagram offered to a link, with its bytes: what the tap records
+/// ([`Network::enable_tap`](super::Network::enable_tap)). The same records as the trace,
+/// in the same order, each with the bytes as the sender emitted them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TapRecord {
+    /// When it was sent, from the simulation's start.
+    pub sent: Duration,
+    /// Sender.
+    pub from: SocketAddr,
+    /// Destination.
+    pub to: SocketAddr,
+    /// The datagram as sent (a copy the link corrupts arrives with one bit flipped: see
+    /// `fate`).
+    pub payload: Bytes,
+    /// What became of it (a duplicate gets a record of its own).
+    pub fate: Fate,
+}
+
+impl TapRecord {
+    /// The record without its bytes, as the trace holds it.
+    pub fn trace(&self) -> TraceRecord {
+        TraceRecord { sent: self.sent, from: self.from, to: self.to, len: self.payload.len(), fate: self.fate }
     }
 }

@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::queues::tests::msg as message;
 use super::*;
+use crate::sim::SplitMix64;
 use crate::wire::{Expand, SendMode};
 
 const MS: Duration = Duration::from_millis(1);
@@ -160,24 +161,16 @@ struct Link {
     queue: VecDeque<(Instant, Bytes)>,
     latency: Duration,
     loss: f64,
-    seed: u64,
+    rng: SplitMix64,
 }
 
 impl Link {
     fn new(latency: Duration, loss: f64, seed: u64) -> Self {
-        Self { queue: VecDeque::new(), latency, loss, seed }
-    }
-
-    fn random(&mut self) -> f64 {
-        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        Self { queue: VecDeque::new(), latency, loss, rng: SplitMix64::new(seed) }
     }
 
     fn send(&mut self, now: Instant, d: Bytes) {
-        if self.random() >= self.loss {
+        if self.rng.unit() >= self.loss {
             self.queue.push_back((now + self.latency, d));
         }
     }

@@ -1,14 +1,15 @@
-//! A scripted two-host harness: a fixed-latency link both ways, an optional hook that
-//! decides the fate of each datagram, and time that jumps to the next thing to do.
+//! A scripted two-host harness on the simulator's network: a fixed-latency link both
+//! ways, an optional hook that decides the fate of each datagram, and time that jumps to
+//! the next thing to do. The hosts are fields, for tests to call directly; the network
+//! carries their datagrams and keeps the clock.
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use porous_proto::sim::{LinkConditions, Network, seeded_rng};
 use porous_proto::{Event, Host, HostConfig, PeerId};
-use rand_pcg::Pcg32;
 
 pub const MS: Duration = Duration::from_millis(1);
 
@@ -28,17 +29,15 @@ impl Datagram {
     }
 }
 
-pub fn rng(seed: u64) -> Pcg32 {
-    Pcg32::new(seed, 0x0a02_bdbf_7bb3_c0a7)
-}
-
 pub struct Pair {
     pub a: Host,
     pub b: Host,
     pub a_addr: SocketAddr,
     pub b_addr: SocketAddr,
     pub start: Instant,
+    /// The network's clock, as of the last step.
     pub now: Instant,
+    /// The one-way latency of both links, applied from the next step on.
     pub latency: Duration,
     /// Returns `false` to drop a datagram.
     pub pass: Box<dyn FnMut(&Datagram) -> bool>,
@@ -48,7 +47,7 @@ pub struct Pair {
     pub events_b: Vec<Event>,
     /// When set, the hosts step on this fixed period like an engine loop.
     pub tick: Option<Duration>,
-    in_flight: VecDeque<(Instant, Datagram)>,
+    net: Network,
     stalled: u32,
 }
 
@@ -58,10 +57,12 @@ impl Pair {
     }
 
     pub fn with_seeds(a: HostConfig, b: HostConfig, seed_a: u64, seed_b: u64) -> Self {
-        let start = Instant::now();
+        // The links are perfect: the network's own seed draws nothing that matters.
+        let net = Network::new(0);
+        let start = net.now();
         Self {
-            a: Host::new(a, rng(seed_a)).expect("valid config"),
-            b: Host::new(b, rng(seed_b)).expect("valid config"),
+            a: Host::new(a, seeded_rng(seed_a)).expect("valid config"),
+            b: Host::new(b, seeded_rng(seed_b)).expect("valid config"),
             a_addr: "10.0.0.1:4000".parse().expect("address"),
             b_addr: "10.0.0.2:5000".parse().expect("address"),
             start,
@@ -72,7 +73,7 @@ impl Pair {
             events_a: Vec::new(),
             events_b: Vec::new(),
             tick: None,
-            in_flight: VecDeque::new(),
+            net,
             stalled: 0,
         }
     }
@@ -94,8 +95,8 @@ impl Pair {
                 let d = Datagram { sent: self.now - self.start, from, to: t.remote, payload: t.payload };
                 self.log.push(d.clone());
                 // Datagrams to any other address vanish.
-                if t.remote == to && (self.pass)(&d) {
-                    self.in_flight.push_back((self.now + self.latency, d));
+                if d.to == to && (self.pass)(&d) {
+                    self.net.inject(d.from, d.to, d.payload);
                 }
             }
         }
@@ -110,6 +111,9 @@ impl Pair {
     /// Advances to the next moment something happens (a delivery or a host deadline, or
     /// the next tick), at most `max` ahead; delivers, steps both hosts, collects output.
     pub fn advance(&mut self, max: Duration) {
+        if self.net.link(self.a_addr, self.b_addr).latency != self.latency {
+            self.net.set_link_both(self.a_addr, self.b_addr, LinkConditions::perfect(self.latency));
+        }
         let limit = self.now + max;
         let mut next = limit;
         if let Some(tick) = self.tick {
@@ -119,8 +123,8 @@ impl Pair {
             for t in [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten() {
                 next = next.min(t.max(self.now));
             }
-            if let Some((t, _)) = self.in_flight.front() {
-                next = next.min(*t);
+            if let Some(t) = self.net.next_arrival() {
+                next = next.min(t);
             }
         }
         if next <= self.now {
@@ -131,19 +135,18 @@ impl Pair {
                 self.elapsed(),
                 self.a.poll_timeout().map(|t| t - self.start),
                 self.b.poll_timeout().map(|t| t - self.start),
-                self.in_flight.len(),
+                self.net.in_flight(),
                 self.a.peers().filter_map(|p| self.a.peer_stats(p)).collect::<Vec<_>>(),
                 self.b.peers().filter_map(|p| self.b.peer_stats(p)).collect::<Vec<_>>(),
             );
         } else {
             self.stalled = 0;
         }
-        self.now = next.max(self.now);
-        while self.in_flight.front().is_some_and(|(t, _)| *t <= self.now) {
-            if let Some((_, d)) = self.in_flight.pop_front() {
-                let host = if d.to == self.a_addr { &mut self.a } else { &mut self.b };
-                host.handle_datagram(self.now, d.from, &d.payload);
-            }
+        self.net.advance_to(next);
+        self.now = self.net.now();
+        while let Some(d) = self.net.pop_arrival() {
+            let host = if d.to == self.a_addr { &mut self.a } else { &mut self.b };
+            host.handle_datagram(self.now, d.from, &d.payload);
         }
         self.a.step(self.now);
         self.b.step(self.now);
