@@ -83,8 +83,8 @@ pub struct ChannelConfig {
     /// Small reliable and passive packets (up to 256 bytes, whole) get one repair copy in
     /// the spare room of a later datagram that goes out anyway, or in a tail-loss probe
     /// when none does within half an RTT: a lost datagram then costs them one send interval
-    /// instead of a resend timeout. Copies count in flight and are at most a quarter of the
-    /// bytes sent; the receiver drops whichever arrives second. Default: true.
+    /// instead of a resend timeout. Copies count in flight and are at most half the bytes
+    /// sent; the receiver drops whichever arrives second. Default: true.
     pub repair: bool,
     /// The channel delivers unordered: each packet exactly once, as soon as it is complete,
     /// whatever arrived before it, so a lost packet delays no other (no head-of-line

@@ -7,29 +7,12 @@ use bytes::Bytes;
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 use crate::transfer::{OutMessage, Tag};
 use crate::wire::{
-    self, AckRange, COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, Expand,
+    self, AckRange, COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, FixedRefs,
     Fragment, Key, MAX_ACK_RANGES, MAX_FRAGMENTS, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
 };
 
 /// Expansion references a receiver might hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Refs {
-    pub frame: u32,
-    pub ack_limit: u32,
-    pub packet: u32,
-}
-
-impl Expand for Refs {
-    fn frame_id(&self, t: u32, bytes: u32) -> u32 {
-        SeqSpace::FRAME.expand(t, 8 * bytes, self.frame)
-    }
-    fn ack_largest(&self, t: u16) -> u32 {
-        SeqSpace::FRAME.expand_below(u32::from(t), 16, self.ack_limit)
-    }
-    fn packet_id(&self, _channel: u8, t: u16) -> u32 {
-        SeqSpace::PACKET.expand(u32::from(t), 16, self.packet)
-    }
-}
+pub type Refs = FixedRefs;
 
 impl<'a> Arbitrary<'a> for Refs {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {

@@ -56,7 +56,7 @@ use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, RefuseRe
 pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
 pub(crate) use session::Session;
-use session::{FrameMessages, InitialWindows};
+use session::{FrameMessages, initial_windows};
 pub(crate) use settings::Settings;
 use timers::{Timer, Timers};
 
@@ -459,7 +459,7 @@ impl Peer {
         };
         if self.session.is_none() {
             // Connecting: verify against the windows as they start, before making anything.
-            let initial = InitialWindows::new(&self.local, &remote);
+            let initial = initial_windows(&self.local, &remote);
             if let Err(e) = wire::Data::decode(datagram, recv, &initial) {
                 self.malformed += 1;
                 return Err(e);

@@ -17,9 +17,8 @@ use super::settings::Settings;
 use crate::arena::Arena;
 use crate::channel::{ChannelCounters, Channels};
 use crate::event::{SendError, SendMode};
-use crate::seq::SeqSpace;
 use crate::transfer::{Transfer, TransferConfig};
-use crate::wire::{ConnectRequest, Data, DecodeError, Expand, Key, Message};
+use crate::wire::{ConnectRequest, Data, DecodeError, Expand, FixedRefs, Key, Message};
 
 #[derive(Debug)]
 pub(crate) struct Session {
@@ -55,30 +54,8 @@ impl Expand for ReceiveWindows<'_> {
 
 /// The windows as they start, before any session exists: how a connecting side verifies
 /// the first data frame it receives (which then counts as the acknowledgement).
-pub(crate) struct InitialWindows {
-    remote_frame: u32,
-    local_frame: u32,
-    remote_packet: u32,
-}
-
-impl InitialWindows {
-    pub(crate) fn new(local: &ConnectRequest, remote: &ConnectRequest) -> Self {
-        Self { remote_frame: remote.frame_base, local_frame: local.frame_base, remote_packet: remote.packet_base }
-    }
-}
-
-impl Expand for InitialWindows {
-    fn frame_id(&self, truncated: u32, bytes: u32) -> u32 {
-        SeqSpace::FRAME.expand(truncated, 8 * bytes, self.remote_frame)
-    }
-
-    fn ack_largest(&self, truncated: u16) -> u32 {
-        SeqSpace::FRAME.expand_below(u32::from(truncated), 16, self.local_frame)
-    }
-
-    fn packet_id(&self, _channel: u8, truncated: u16) -> u32 {
-        SeqSpace::PACKET.expand(u32::from(truncated), 16, self.remote_packet)
-    }
+pub(crate) fn initial_windows(local: &ConnectRequest, remote: &ConnectRequest) -> FixedRefs {
+    FixedRefs { frame: remote.frame_base, ack_limit: local.frame_base, packet: remote.packet_base }
 }
 
 /// The messages of one verified frame, decoded once. Inline up to a full datagram of

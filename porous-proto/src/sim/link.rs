@@ -236,6 +236,9 @@ pub(crate) struct LinkState {
     pub(crate) stats: LinkStats,
     bad: bool,
     busy_until: Option<Instant>,
+    /// The bottleneck this link shares with others (see `Network::share_bottleneck`): its
+    /// queue, not `busy_until`, is the one datagrams wait in.
+    pub(crate) shared: Option<usize>,
     /// Latest arrival so far of a datagram not held back: jitter never goes below it.
     last_arrival: Option<Instant>,
     /// The latest datagrams that crossed, for replays (kept only while replay is on).
@@ -256,7 +259,15 @@ impl LinkState {
 
     /// Decides what happens to a datagram of `len` bytes sent at `now`: the delivery
     /// delays (one, or two for a duplicate) and whether to corrupt it, or why it is lost.
-    pub(crate) fn carry(&mut self, now: Instant, len: usize, rng: &mut impl Rng) -> Result<Carried, Fate> {
+    /// `shared` is the queue of the bottleneck this link shares (when it shares one): when
+    /// it stops being busy.
+    pub(crate) fn carry(
+        &mut self,
+        now: Instant,
+        len: usize,
+        rng: &mut impl Rng,
+        shared: Option<&mut Option<Instant>>,
+    ) -> Result<Carried, Fate> {
         let c = self.conditions;
         self.stats.sent += 1;
         self.stats.sent_bytes += len as u64;
@@ -283,14 +294,18 @@ impl LinkState {
         // The bottleneck: serialise at the link rate behind what is queued.
         let mut depart = now;
         if let Some(rate) = c.bandwidth.filter(|&r| r > 0) {
-            let start = self.busy_until.map_or(now, |b| b.max(now));
+            let busy_until = match shared {
+                Some(queue) => queue,
+                None => &mut self.busy_until,
+            };
+            let start = busy_until.map_or(now, |b| b.max(now));
             let backlog = start.saturating_duration_since(now).as_secs_f64() * rate as f64;
             if backlog > c.queue as f64 {
                 self.stats.queue_drops += 1;
                 return Err(Fate::QueueFull);
             }
             depart = start + Duration::from_secs_f64(len as f64 / rate as f64);
-            self.busy_until = Some(depart);
+            *busy_until = Some(depart);
         }
         let mut last = self.last_arrival;
         let mut delay = |rng: &mut dyn FnMut() -> f64| {

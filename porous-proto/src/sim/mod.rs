@@ -276,6 +276,19 @@ impl Network {
         self.wires.link_mut(from, to).conditions = conditions;
     }
 
+    /// Makes the links given share one bottleneck: their datagrams wait in one drop-tail
+    /// queue and leave it at one rate, so flows on them compete as flows through one
+    /// router do. Each link's own `bandwidth` and `queue` still apply to what it offers
+    /// (give them the same values); its latency, loss and the rest stay its own. A link
+    /// belongs to at most one shared bottleneck: a later call moves it.
+    pub fn share_bottleneck(&mut self, links: &[(SocketAddr, SocketAddr)]) {
+        let b = self.wires.links.bottlenecks.len();
+        self.wires.links.bottlenecks.push(None);
+        for &(from, to) in links {
+            self.wires.link_mut(from, to).shared = Some(b);
+        }
+    }
+
     /// Sets the conditions both ways between `a` and `b`.
     pub fn set_link_both(&mut self, a: SocketAddr, b: SocketAddr, conditions: LinkConditions) {
         self.set_link(a, b, conditions);
@@ -495,6 +508,8 @@ impl Network {
 /// The state of every link that carried something or was set, by direction.
 struct Links {
     states: Vec<LinkState>,
+    /// When each shared bottleneck stops being busy (see `Network::share_bottleneck`).
+    bottlenecks: Vec<Option<Instant>>,
     index: BTreeMap<(SocketAddr, SocketAddr), usize>,
     /// The two IPv4 links looked up last, as (from, to, index) with each address in one
     /// word ([`word`]; `NONE` in an empty entry): between two hosts these are both
@@ -517,7 +532,7 @@ fn word(addr: &SocketAddr) -> Option<u64> {
 
 impl Default for Links {
     fn default() -> Self {
-        Self { states: Vec::new(), index: BTreeMap::new(), recent: [(NONE, NONE, 0); 2] }
+        Self { states: Vec::new(), bottlenecks: Vec::new(), index: BTreeMap::new(), recent: [(NONE, NONE, 0); 2] }
     }
 }
 
@@ -552,6 +567,13 @@ impl Links {
             self.recent = [(f, t, i), self.recent[0]];
         }
         i
+    }
+
+    /// The link at `i` and the queue of the bottleneck it shares, if it shares one.
+    fn at_with_bottleneck(&mut self, i: usize) -> (&mut LinkState, Option<&mut Option<Instant>>) {
+        let Some(link) = self.states.get_mut(i) else { unreachable!("an index points at its link") };
+        let shared = link.shared.and_then(|b| self.bottlenecks.get_mut(b));
+        (link, shared)
     }
 
     #[inline]
@@ -607,7 +629,7 @@ impl Wires {
             }
             None => false,
         };
-        let link = self.links.at(link);
+        let (link, shared) = self.links.at_with_bottleneck(link);
         let recording = self.trace.is_some() || self.tap.is_some();
         let sent = if recording { self.now - self.start } else { Duration::ZERO };
         let mut record = |payload: &Bytes, fate: Fate| {
@@ -627,7 +649,7 @@ impl Wires {
             link.stats.dropped += 1;
             Err(Fate::Scripted)
         } else {
-            link.carry(self.now, len, &mut self.rng)
+            link.carry(self.now, len, &mut self.rng, shared)
         };
         if link.conditions.replay > 0.0 {
             let draw = link::unit(&mut self.rng);

@@ -237,3 +237,44 @@ fn links_are_told_apart_whatever_the_order_and_the_address_family() {
     }
     assert_eq!(net.held(c, b).len(), 0, "a link nothing was sent on");
 }
+
+#[test]
+fn links_sharing_a_bottleneck_share_its_rate_and_its_queue() {
+    // Two senders each offer 1,000 datagrams of 1,000 bytes at once into a 1 MB/s
+    // bottleneck with a 100 kB queue: alone, each link would queue 100 and deliver them
+    // in 0.1 s; shared, the pair gets one queue of 100 datagrams and one rate.
+    let (s1, s2, r) = (addr(1), addr(2), addr(3));
+    let mut c = LinkConditions::perfect(5 * MS);
+    c.bandwidth = Some(1_000_000);
+    c.queue = 100_000;
+    for shared in [false, true] {
+        let mut net = Network::new(0);
+        net.set_link(s1, r, c);
+        net.set_link(s2, r, c);
+        if shared {
+            net.share_bottleneck(&[(s1, r), (s2, r)]);
+        }
+        for i in 0..1_000u32 {
+            for s in [s1, s2] {
+                net.inject(s, r, Bytes::from(vec![i as u8; 1_000]));
+            }
+        }
+        let delivered = |net: &Network| net.link_stats(s1, r).delivered + net.link_stats(s2, r).delivered;
+        let drops = net.link_stats(s1, r).queue_drops + net.link_stats(s2, r).queue_drops;
+        // Everything queued leaves within the queue's drain time plus the latency.
+        net.advance_to(net.now() + Duration::from_millis(300));
+        let mut arrived = 0;
+        while net.pop_arrival().is_some() {
+            arrived += 1;
+        }
+        assert_eq!(arrived, delivered(&net));
+        if shared {
+            // One queue of 100 datagrams (and the one in service) for both.
+            assert!((100..=104).contains(&arrived), "shared: {arrived} delivered");
+            assert!(net.link_stats(s1, r).delivered > 40 && net.link_stats(s2, r).delivered > 40, "both got a share");
+        } else {
+            assert!((200..=206).contains(&arrived), "apart: {arrived} delivered");
+        }
+        assert_eq!(drops + arrived, 2_000);
+    }
+}

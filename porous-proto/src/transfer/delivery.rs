@@ -66,10 +66,16 @@ impl Delivery {
     /// A transmission leaves now; `nothing_in_flight` says it starts a new flight.
     pub(crate) fn on_send(&mut self, now: Instant, nothing_in_flight: bool) -> SendState {
         if nothing_in_flight || self.first_sent_at.is_none() {
-            // After an idle period the intervals restart: a sample must not span the
-            // silence.
             self.first_sent_at = Some(now);
-            self.delivered_at = Some(now);
+            // After an idle period the ack interval restarts too: a sample must not span
+            // the silence. A flight that emptied while more was waiting is no silence: a
+            // caller that steps on a fixed tick over a path faster than its tick (hosts in
+            // one process, a simulation) has every flight acknowledged in the instant it
+            // left; restarting there leaves every interval zero and the model without a
+            // single sample, stuck at its initial pacing rate.
+            if self.app_limited_until > 0 || self.delivered_at.is_none() {
+                self.delivered_at = Some(now);
+            }
         }
         SendState {
             delivered: self.delivered,
@@ -144,6 +150,32 @@ mod tests {
         }
         assert_eq!(d.delivered(), 150 * 1000);
         assert!(rates.len() == 100 && rates.iter().all(|&r| (980_000..=1_020_000).contains(&r)), "{rates:?}");
+    }
+
+    #[test]
+    fn flights_acknowledged_in_the_instant_they_leave_still_sample() {
+        // A caller stepping every ms over a path faster than that: 64 kB leave and are
+        // acknowledged in the same instant, with more always waiting. The rate is what
+        // each step moves; restarting the interval at each empty flight measured nothing.
+        let t = Instant::now();
+        let mut d = Delivery::default();
+        let mut rates = Vec::new();
+        for ms in 0..20u32 {
+            let now = t + ms * MS;
+            let state = d.on_send(now, true);
+            d.on_acked(now, 64_000, state, now);
+            rates.extend(d.take_sample(Duration::ZERO).and_then(|s| s.rate));
+        }
+        assert_eq!(rates, vec![64_000_000; 19]);
+        // An idle sender (application-limited) restarts the interval: no sample spans
+        // its silence.
+        d.on_app_limited(0);
+        let now = t + 500 * MS;
+        let state = d.on_send(now, true);
+        d.on_acked(now + 50 * MS, 1_000, state, now);
+        let sample = d.take_sample(Duration::ZERO).expect("acknowledged");
+        assert!(sample.app_limited);
+        assert_eq!(sample.rate, Some(20_000));
     }
 
     #[test]

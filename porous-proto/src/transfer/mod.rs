@@ -158,8 +158,9 @@ pub(crate) struct Transfer {
 /// The largest message repair copies: small reliable messages are what a lost datagram
 /// delays most, relative to their size.
 pub(crate) const REPAIR_MAX: usize = 256;
-/// At most this share of the bytes sent are repair copies.
-const REPAIR_SHARE: u64 = 4;
+/// At most one in this many bytes sent is a repair copy: half, so that a stream of
+/// nothing but small reliable messages (a client's inputs) can copy every one.
+const REPAIR_SHARE: u64 = 2;
 
 /// How many skipped ids [`Transfer`] remembers: at one skip in 128 frames, the last
 /// ~4,000 frames, far more than any acknowledgement range spans and far less than the

@@ -66,6 +66,34 @@ pub trait Expand {
     fn packet_id(&self, channel: u8, truncated: u16) -> u32;
 }
 
+/// Expansion against fixed references: the windows as they stand before a session
+/// exists (how a connecting side verifies the first data frame), or any fixed point a
+/// test or fuzz target picks. Frame ids expand around `frame`, acknowledged ids below
+/// `ack_limit`, packet ids (on every channel alike) around `packet`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedRefs {
+    /// The frame id a received frame is expected near.
+    pub frame: u32,
+    /// One past the newest frame id this side sent.
+    pub ack_limit: u32,
+    /// The packet id a received packet is expected near.
+    pub packet: u32,
+}
+
+impl Expand for FixedRefs {
+    fn frame_id(&self, truncated: u32, bytes: u32) -> u32 {
+        SeqSpace::FRAME.expand(truncated, 8 * bytes, self.frame)
+    }
+
+    fn ack_largest(&self, truncated: u16) -> u32 {
+        SeqSpace::FRAME.expand_below(u32::from(truncated), 16, self.ack_limit)
+    }
+
+    fn packet_id(&self, _channel: u8, truncated: u16) -> u32 {
+        SeqSpace::PACKET.expand(u32::from(truncated), 16, self.packet)
+    }
+}
+
 /// The non-message parts of a connection datagram to encode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DataHeader<'r> {
@@ -500,24 +528,7 @@ mod tests {
     use super::*;
     use crate::wire::message::{Fragment, MessageKind, SendMode};
 
-    /// Expands relative to fixed references.
-    struct Fixed {
-        frame: u32,
-        ack_limit: u32,
-        packet: u32,
-    }
-
-    impl Expand for Fixed {
-        fn frame_id(&self, t: u32, bytes: u32) -> u32 {
-            SeqSpace::FRAME.expand(t, 8 * bytes, self.frame)
-        }
-        fn ack_largest(&self, t: u16) -> u32 {
-            SeqSpace::FRAME.expand_below(u32::from(t), 16, self.ack_limit)
-        }
-        fn packet_id(&self, _ch: u8, t: u16) -> u32 {
-            SeqSpace::PACKET.expand(u32::from(t), 16, self.packet)
-        }
-    }
+    type Fixed = FixedRefs;
 
     const CTX: Fixed = Fixed { frame: 0xFFFF_FFF0, ack_limit: 0x0000_0010, packet: 0xFF_FFF0 };
 

@@ -24,8 +24,8 @@ pub use control::{
     REQUEST_SIZE, RefuseReason, UNORDERED_MAX,
 };
 pub use data::{
-    ACK_DELAY_UNIT, AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, MAX_ACK_RANGES, Messages, ack_delay_len,
-    ack_range_len, ack_section_len,
+    ACK_DELAY_UNIT, AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, FixedRefs, MAX_ACK_RANGES, Messages,
+    ack_delay_len, ack_range_len, ack_section_len,
 };
 pub use message::{Fragment, MAX_FRAGMENTS, MESSAGE_HEADER_MAX, Message, MessageKind, RunContext, SendMode};
 

@@ -17,8 +17,12 @@
 //!   built is gone);
 //! - **ProbeBandwidth**: a cycle of eight phases of one minimum RTT each, pacing at 1.25
 //!   (probe for more), 0.75 (drain what the probe queued), then 1 six times;
-//! - **ProbeRtt**: when the minimum RTT has not been seen for 10 s, the flight drops to four
-//!   datagrams for 200 ms and a round trip, so a queue cannot hide the path's real RTT.
+//! - **ProbeRtt**: when the minimum RTT has not been seen for 10 s, the flight drops to half
+//!   the BDP (at least four datagrams) for 200 ms and a round trip, so a queue cannot hide
+//!   the path's real RTT. Half, as BBRv2, not BBRv1's four datagrams: under random loss the
+//!   resends of a full flight then go out in a round trip or two instead of four a round
+//!   trip (0.4 s of near silence at 5% loss), and the bandwidth filter does not age
+//!   across it; the window it began with is restored at its end.
 //!
 //! Loss: per round trip, the share of bytes lost. A round that loses more than
 //! [`LOSS_THRESHOLD`] beyond the path's random loss while its round trips ran more than a
@@ -111,6 +115,16 @@ impl BwFilter {
             *slot = if slot.0 == round { (round, slot.1.max(rate)) } else { (round, rate) };
         }
     }
+
+    /// Ages nothing over `rounds` rounds that measured nothing (ProbeRtt's): every slot
+    /// moves forward by them, rounded up to whole filter lengths so each stays in the slot
+    /// its round maps to.
+    fn postpone(&mut self, rounds: u64) {
+        let by = rounds.div_ceil(BW_ROUNDS as u64).saturating_mul(BW_ROUNDS as u64);
+        for slot in &mut self.slots {
+            slot.0 = slot.0.saturating_add(by);
+        }
+    }
 }
 
 /// The model-based controller of one connection.
@@ -133,8 +147,12 @@ pub(crate) struct Model {
     cycle_at: Option<Instant>,
     /// ProbeRtt: when the flight first reached its floor, and the round that must end.
     probe_rtt_done: Option<(Instant, u64)>,
-    /// The mode to return to after ProbeRtt.
+    /// The mode to return to after ProbeRtt, the round ProbeRtt began in, and the window
+    /// it began with (restored at its end: pacing keeps the rate, and regrowing the window
+    /// by what is acknowledged would take seven round trips more).
     before_probe_rtt: CongestionMode,
+    probe_rtt_from: u64,
+    window_before_probe_rtt: usize,
     /// Bytes acknowledged and lost in the current round, and its highest RTT sample.
     round_acked: u64,
     round_lost: u64,
@@ -143,6 +161,16 @@ pub(crate) struct Model {
     loss_cap: u64,
     /// The last round lost more than [`SEVERE_LOSS`].
     severe_before: bool,
+    /// The most the flight may be after a congested round: [`LOSS_BETA`] of the flight
+    /// that overflowed the queue (as BBRv2's `inflight_hi`). Cruising at twice the BDP
+    /// keeps a buffer of one BDP or less always full, starving a loss-based flow beside
+    /// this one; this bound keeps the flight below what overflowed it. Raised by a
+    /// growing step per round without congestion, and gone once above the window.
+    inflight_hi: Option<usize>,
+    /// What the next round without congestion adds to `inflight_hi`: a datagram, doubling.
+    hi_step: usize,
+    /// The largest flight seen this round.
+    round_max_flight: usize,
     /// The share of bytes lost in rounds without a queue (random loss), smoothed per
     /// round. The delivery rate counts only what arrives, so on a path that loses this
     /// share at random the sender must put out `1 / (1 - share)` times the rate it wants
@@ -175,11 +203,16 @@ impl Model {
             cycle_at: None,
             probe_rtt_done: None,
             before_probe_rtt: CongestionMode::Startup,
+            probe_rtt_from: 0,
+            window_before_probe_rtt: 0,
             round_acked: 0,
             round_lost: 0,
             round_max_rtt: Duration::ZERO,
             loss_cap: 0,
             severe_before: false,
+            inflight_hi: None,
+            hi_step: 0,
+            round_max_flight: 0,
             random_loss: 0.0,
             last_ack: None,
             silent: false,
@@ -268,11 +301,24 @@ impl Model {
         self.pacing_rate = rate.max(1);
     }
 
+    /// The window the model aims at: twice the BDP (more by the random-loss
+    /// compensation), plus three datagrams.
+    fn target_window(&self) -> usize {
+        let target = self.bdp() as f64 * WINDOW_GAIN * self.loss_compensation();
+        (target.min(usize::MAX as f64 / 2.0) as usize).saturating_add(3 * self.limits.mtu)
+    }
+
+    /// ProbeRtt's window: half the BDP, at least [`MIN_WINDOW`] datagrams.
+    fn probe_rtt_window(&self) -> usize {
+        let floor = MIN_WINDOW * self.limits.mtu;
+        (self.bdp() / 2).clamp(floor, self.limits.ceiling.max(floor))
+    }
+
     fn set_window(&mut self, acked: usize) {
         let floor = MIN_WINDOW * self.limits.mtu;
         let ceiling = self.limits.ceiling.max(floor);
         if self.mode == CongestionMode::ProbeRtt {
-            self.window = floor;
+            self.window = self.probe_rtt_window();
             return;
         }
         if self.bandwidth() == 0 {
@@ -280,8 +326,7 @@ impl Model {
             self.window = self.window.saturating_add(acked).clamp(floor, ceiling);
             return;
         }
-        let target = self.bdp() as f64 * WINDOW_GAIN * self.loss_compensation();
-        let target = (target.min(usize::MAX as f64 / 2.0) as usize).saturating_add(3 * self.limits.mtu);
+        let target = self.target_window().min(self.inflight_hi.unwrap_or(usize::MAX));
         self.window = if self.mode == CongestionMode::Startup {
             // Grow by what is acknowledged, up to the target: never cut in Startup.
             self.window.max(self.window.saturating_add(acked).min(target))
@@ -306,10 +351,11 @@ impl Model {
             self.round += 1;
             self.round_ends_at = ack.delivered;
         }
-        self.round_acked += ack.acked as u64;
+        self.round_acked = self.round_acked.saturating_add(ack.acked as u64);
+        self.round_max_flight = self.round_max_flight.max(ack.in_flight.saturating_add(ack.acked));
         if let Some(s) = ack.sample
             && let Some(rate) = s.rate
-            && (!s.app_limited || rate >= self.bw.max())
+            && ((!s.app_limited && self.mode != CongestionMode::ProbeRtt) || rate >= self.bw.max())
         {
             self.bw.insert(self.round, rate);
         }
@@ -363,22 +409,40 @@ impl Model {
         let sustained = severe && self.severe_before;
         self.severe_before = severe;
         let congested = self.min_rtt.is_some() && ((queue && share > LOSS_THRESHOLD + self.random_loss) || sustained);
-        if !queue && lost + acked > 0 {
+        // Only a round that measured its round trips against a minimum it can trust shows
+        // that no queue was there: one with no sample (every acknowledgement for a resend)
+        // or in ProbeRtt (whose minimum may be a queued sample taken when the old one
+        // expired) says nothing, and taking a queue's losses for random ones feeds back:
+        // the pacing compensates for them, which overflows the queue more.
+        let measured = max_rtt > Duration::ZERO && self.mode != CongestionMode::ProbeRtt;
+        if measured && !queue && lost + acked > 0 {
             self.random_loss = self.random_loss * 7.0 / 8.0 + share / 8.0;
         }
+        let flight = std::mem::take(&mut self.round_max_flight);
         if congested {
             let estimate = self.bandwidth();
             if estimate > 0 {
                 self.loss_cap = ((estimate as f64 * LOSS_BETA) as u64).max(1);
             }
+            let floor = MIN_WINDOW * self.limits.mtu;
+            let hi = ((flight as f64 * LOSS_BETA) as usize).max(floor);
+            self.inflight_hi = Some(self.inflight_hi.map_or(hi, |h| h.min(hi).max(floor)));
+            self.hi_step = self.limits.mtu;
             if self.mode == CongestionMode::Startup {
                 // The pipe is full: stop doubling.
                 self.full_bw_rounds = FULL_BW_ROUNDS;
             }
-        } else if self.loss_cap > 0 {
-            let lifted = (self.loss_cap as f64 * CAP_GROWTH) as u64;
-            let filter = self.bw.max();
-            self.loss_cap = if lifted >= filter { 0 } else { lifted.max(self.loss_cap + 1) };
+        } else {
+            if self.loss_cap > 0 {
+                let lifted = (self.loss_cap as f64 * CAP_GROWTH) as u64;
+                let filter = self.bw.max();
+                self.loss_cap = if lifted >= filter { 0 } else { lifted.max(self.loss_cap + 1) };
+            }
+            if let Some(hi) = self.inflight_hi {
+                let raised = hi.saturating_add(self.hi_step);
+                self.hi_step = self.hi_step.saturating_mul(2);
+                self.inflight_hi = (raised < self.target_window()).then_some(raised);
+            }
         }
     }
 
@@ -418,14 +482,19 @@ impl Model {
                 }
             }
             CongestionMode::ProbeRtt => {
-                let floor = MIN_WINDOW * self.limits.mtu;
                 match self.probe_rtt_done {
-                    None if ack.in_flight <= floor => {
+                    None if ack.in_flight <= self.probe_rtt_window() => {
                         self.probe_rtt_done = Some((now + PROBE_RTT_TIME.max(min_rtt), self.round + 1));
                     }
                     Some((at, round)) if now >= at && self.round >= round => {
                         self.min_rtt_at = Some(now);
                         self.probe_rtt_done = None;
+                        // Its rounds, at four datagrams of flight, measured nothing about the
+                        // bottleneck: without this, a ProbeRtt longer than the filter (a slow
+                        // drain under loss) forgets the bandwidth and restarts from the
+                        // probe's own rate.
+                        self.bw.postpone(self.round.saturating_sub(self.probe_rtt_from));
+                        self.window = self.window.max(self.window_before_probe_rtt);
                         match self.before_probe_rtt {
                             CongestionMode::Startup => self.mode = CongestionMode::Startup,
                             _ => self.enter_probe_bandwidth(now),
@@ -439,6 +508,8 @@ impl Model {
         let stale = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
         if stale && self.mode != CongestionMode::ProbeRtt {
             self.before_probe_rtt = self.mode;
+            self.probe_rtt_from = self.round;
+            self.window_before_probe_rtt = self.window;
             self.mode = CongestionMode::ProbeRtt;
             self.probe_rtt_done = None;
         }
@@ -606,5 +677,25 @@ mod tests {
         // Eleven seconds of round trips above the minimum: ProbeRtt.
         drive(&mut m, &mut t, 10_000_000, 60 * MS, 190, 0.0, 60 * MS);
         assert!(m.stats().mode == CongestionMode::ProbeRtt || m.stats().min_rtt == 60 * MS, "{:?}", m.stats());
+    }
+
+    #[test]
+    fn a_long_probe_rtt_forgets_neither_the_bandwidth_nor_the_window() {
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        drive(&mut m, &mut t, 10_000_000, 55 * MS, 150, 0.0, 55 * MS);
+        let window = m.window();
+        // Past ten seconds without the minimum: ProbeRtt.
+        drive(&mut m, &mut t, 10_000_000, 55 * MS, 40, 0.0, 55 * MS);
+        assert_eq!(m.stats().mode, CongestionMode::ProbeRtt);
+        // Half the BDP, not four datagrams.
+        assert!(m.window() >= 200_000 && m.window() < window / 2, "{} of {window}", m.window());
+        // Fifteen rounds at the probe's own rate (resends going out a few a round trip)
+        // before it ends: longer than the bandwidth filter remembers.
+        drive(&mut m, &mut t, 20_000, 50 * MS, 15, 0.0, 50 * MS);
+        assert_eq!(m.stats().mode, CongestionMode::ProbeBandwidth);
+        assert_eq!(m.stats().bandwidth, 10_000_000);
+        assert!(m.window() >= window, "{} < {window}", m.window());
     }
 }
