@@ -37,6 +37,8 @@
 //! (each way, from its own seeded generator per direction), and forwards the rest after
 //! `--delay` ms plus up to `--jitter` ms, never reordering a direction. Each run draws a
 //! new seed (`--seed` plus the run's index); the scenarios of one round share it.
+//! `--trace MS` prints the sender's view of the path every MS milliseconds of a `lossy-*`
+//! run.
 //!
 //! - `lossy-model` and `lossy-aimd`: `--lossy` reliable packets of 1,000 bytes, moved as in
 //!   `mio` (the sender keeps the queue full) with `CongestionControl::Model` (the default)
@@ -51,11 +53,15 @@
 //!   (the default) and off on every channel. Measured: latency from `send` to `Received`
 //!   per mode, and every byte both hosts put on the wire (acknowledgements, pings and
 //!   checks included) per message sent.
+//! - `realtime-raw`: the same stream from plain sockets through the same relay, each
+//!   packet a datagram of its own, nothing repaired: the latency floor of the path and
+//!   the machine in the same round (its "reliable" figures are the 50-byte packets that
+//!   arrived).
 //!
 //! ```text
 //! cargo bench -p porous-mio --bench loopback [-- --small 500000 --large 200000 --runs 5
-//!     --lossy 2000 --realtime 20 --loss 0.05 --delay 25 --jitter 0 --seed 1
-//!     --only mio,raw,lossy-model,lossy-aimd,realtime-repair,realtime-norepair]
+//!     --lossy 2000 --realtime 20 --loss 0.05 --delay 25 --jitter 0 --seed 1 --trace 50
+//!     --only mio,raw,lossy-model,lossy-aimd,realtime-repair,realtime-norepair,realtime-raw]
 //! ```
 //!
 //! Without `--bench` on its command line (as under `cargo test --benches`) it runs one
@@ -112,6 +118,9 @@ enum Scenario {
     Lossy(CongestionControl),
     /// The 60 Hz game stream through the lossy relay, repair copies on or off.
     Realtime { repair: bool },
+    /// The same stream over plain sockets through the same relay, no protocol: what the
+    /// path and this machine's scheduling give.
+    RealtimeRaw,
 }
 
 impl Scenario {
@@ -129,7 +138,7 @@ impl Scenario {
     /// Bulk through the lossy relay (issue 16).
     const LOSSY: [Self; 2] = [Self::Lossy(CongestionControl::Model), Self::Lossy(CongestionControl::Aimd)];
     /// The game stream through the lossy relay (issue 17).
-    const REALTIME: [Self; 2] = [Self::Realtime { repair: true }, Self::Realtime { repair: false }];
+    const REALTIME: [Self; 3] = [Self::Realtime { repair: true }, Self::Realtime { repair: false }, Self::RealtimeRaw];
 
     fn all() -> impl Iterator<Item = Self> {
         Self::CLEAN.into_iter().chain(Self::LOSSY).chain(Self::REALTIME)
@@ -147,6 +156,7 @@ impl Scenario {
             Self::Lossy(_) => "lossy-model",
             Self::Realtime { repair: true } => "realtime-repair",
             Self::Realtime { repair: false } => "realtime-norepair",
+            Self::RealtimeRaw => "realtime-raw",
         }
     }
 
@@ -246,6 +256,9 @@ struct Path {
     jitter: Duration,
     /// Seeds the relay's generators (one per direction).
     seed: u64,
+    /// Print the sender's view of the path every this often during a `lossy-*` run, to
+    /// see how its controller got where it ended (`--trace MS`).
+    trace: Option<Duration>,
 }
 
 /// SplitMix64: the relay's randomness, a fresh stream per seed.
@@ -507,6 +520,8 @@ fn mio_run(
         let cpu0 = thread_cpu();
         let t0 = Instant::now();
         let mut sent = 0u64;
+        let trace = path.and_then(|p| p.trace);
+        let mut next_trace = t0;
         while !done.load(Ordering::Acquire) {
             while sent < n {
                 match host.send(peer, 0, packet.clone(), SendMode::Reliable) {
@@ -516,6 +531,18 @@ fn mio_run(
                 }
             }
             let _ = host.service(Duration::from_millis(1))?;
+            if let Some(every) = trace
+                && Instant::now() >= next_trace
+            {
+                next_trace += every;
+                let stats = host.peer_stats(peer);
+                let flight = stats.map_or(0, |p| p.flight);
+                println!(
+                    "  trace {:>7.1} ms: flight {flight} B, {}",
+                    t0.elapsed().as_secs_f64() * 1e3,
+                    path_view(stats.as_ref())
+                );
+            }
             if t0.elapsed() > WATCHDOG {
                 return Err(io_error("watchdog: the sender gave up"));
             }
@@ -841,6 +868,63 @@ fn realtime_run(repair: bool, duration: Duration, path: Path) -> std::io::Result
     Ok(stream)
 }
 
+/// The game stream with no protocol: each packet in a datagram of its own from a plain
+/// socket, through a relay on `path`; what arrives is timed as in [`realtime_run`]. Its
+/// latency is the floor POROUS's is measured against in the same round: the path's delay
+/// plus what this machine's scheduling adds to any two threads talking through a third.
+fn realtime_raw_run(duration: Duration, path: Path) -> std::io::Result<Stream> {
+    let epoch = Instant::now();
+    let (rx, _) = raw_socket()?;
+    // Only so that the receiver notices the end; datagrams wake it at once.
+    rx.set_read_timeout(Some(Duration::from_millis(20)))?;
+    let relay = Relay::start(rx.local_addr()?, path)?;
+    let done = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let done = done.clone();
+        thread::spawn(move || -> std::io::Result<(Vec<f64>, Vec<f64>)> {
+            let (mut reliable, mut unreliable) = (Vec::new(), Vec::new());
+            let mut buf = vec![0u8; 65_536];
+            while !done.load(Ordering::Acquire) {
+                let Ok((n, _)) = rx.recv_from(&mut buf) else { continue };
+                let now = Instant::now();
+                let sent = stream_sent(&buf[..n]).ok_or_else(|| io_error("a stream packet without its header"))?;
+                let ms = now.saturating_duration_since(epoch + sent).as_secs_f64() * 1e3;
+                if n == EVENT_SIZE { reliable.push(ms) } else { unreliable.push(ms) }
+            }
+            Ok((reliable, unreliable))
+        })
+    };
+    let (tx, _) = raw_socket()?;
+    let tick = Duration::from_secs(1) / TICK_RATE;
+    let ticks = (duration.as_secs_f64() * f64::from(TICK_RATE)).round().max(1.0) as u64;
+    let mut stream = Stream::default();
+    let mut next = Instant::now();
+    for i in 0..ticks {
+        thread::sleep(next.saturating_duration_since(Instant::now()));
+        let sent = epoch.elapsed();
+        for (seq, size) in [(Some(i), STATE_SIZE), ((i % 2 == 0).then_some(i / 2), EVENT_SIZE)] {
+            let Some(seq) = seq else { continue };
+            let datagram = stream_packet(seq, sent, size);
+            tx.send_to(&datagram, relay.addr)?;
+            stream.wire_bytes += datagram.len() as u64;
+            stream.datagrams += 1;
+            if size == EVENT_SIZE { stream.reliable_sent += 1 } else { stream.unreliable_sent += 1 }
+        }
+        next += tick;
+    }
+    // The last datagrams' way through the relay, with room for its lateness.
+    thread::sleep(path.delay + path.jitter + STREAM_LINGER);
+    done.store(true, Ordering::Release);
+    let received = receiver.join().map_err(|_| io_error("receiver panicked"));
+    stream.relay = relay.finish()?;
+    let (mut reliable, mut unreliable) = received??;
+    reliable.sort_by(f64::total_cmp);
+    unreliable.sort_by(f64::total_cmp);
+    stream.reliable = reliable;
+    stream.unreliable = unreliable;
+    Ok(stream)
+}
+
 /// The raw baselines: `count` datagrams of `size` bytes, blasted.
 fn raw_run(batched: bool, size: usize, count: u64) -> std::io::Result<Outcome> {
     let (rx, _) = raw_socket()?;
@@ -982,7 +1066,7 @@ fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
     // Issue 16's and 17's path: 5% loss each way, 25 ms one-way.
-    let path = Path { loss: 0.05, delay: Duration::from_millis(25), jitter: Duration::ZERO, seed: 1 };
+    let path = Path { loss: 0.05, delay: Duration::from_millis(25), jitter: Duration::ZERO, seed: 1, trace: None };
     let all = Scenario::all().collect();
     let mut o = if full {
         Options {
@@ -1020,6 +1104,7 @@ fn options() -> Options {
             "--delay" => o.path.delay = ms(value(), o.path.delay),
             "--jitter" => o.path.jitter = ms(value(), o.path.jitter),
             "--seed" => o.path.seed = value().parse().unwrap_or(o.path.seed),
+            "--trace" => o.path.trace = value().parse::<f64>().ok().map(|ms| Duration::from_secs_f64(ms / 1e3)),
             "--only" => {
                 let names = value();
                 o.scenarios = Scenario::all().filter(|s| names.split(',').any(|n| n == s.name())).collect();
@@ -1235,7 +1320,9 @@ fn clean_runs(o: &Options) -> std::io::Result<Vec<CleanTable>> {
                         let (dsize, count, _) = shape.unwrap_or((size + 10, n, 1.0));
                         raw_run(scenario == Scenario::RawBatched, dsize, count)?
                     }
-                    Scenario::Lossy(_) | Scenario::Realtime { .. } => unreachable!("not a clean-path scenario"),
+                    Scenario::Lossy(_) | Scenario::Realtime { .. } | Scenario::RealtimeRaw => {
+                        unreachable!("not a clean-path scenario")
+                    }
                 };
                 let mut outcome = outcome;
                 outcome.kernel_drops = kernel_drops() - drops0;
@@ -1405,8 +1492,10 @@ fn realtime_runs(o: &Options) -> std::io::Result<Vec<(Scenario, Vec<Stream>)>> {
         let path = path_of_run(o, run);
         for i in round_order(run, results.len()) {
             let scenario = results[i].0;
-            let Scenario::Realtime { repair } = scenario else { unreachable!("not a realtime scenario") };
-            let stream = realtime_run(repair, o.realtime, path)?;
+            let stream = match scenario {
+                Scenario::Realtime { repair } => realtime_run(repair, o.realtime, path)?,
+                _ => realtime_raw_run(o.realtime, path)?,
+            };
             print_stream(scenario, run, path.seed, &stream);
             results[i].1.push(stream);
         }
@@ -1439,6 +1528,7 @@ fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
         "+IP/UDP headers",
         "copies/reliable"
     );
+    let raw = results.iter().find(|(s, _)| *s == Scenario::RealtimeRaw).map(|(_, runs)| runs);
     for (scenario, runs) in results {
         let per = |f: &dyn Fn(&Stream) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
         let copies =
@@ -1453,7 +1543,22 @@ fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
             spread(&per(&Stream::unreliable_delivered), 1),
             spread(&per(&Stream::wire_per_message), 1),
             spread(&per(&Stream::wire_per_message_with_headers), 1),
-            spread(&copies, 2),
+            if *scenario == Scenario::RealtimeRaw { String::from("-") } else { spread(&copies, 2) },
+        );
+    }
+    // What the protocol adds to the tail: each POROUS run against the raw run of its round,
+    // which went through the same relay at the same moment of the machine.
+    let Some(raw) = raw else { return };
+    println!("  p99 above `realtime-raw`'s of the same round, ms (median, min-max):");
+    for (scenario, runs) in results.iter().filter(|(s, _)| *s != Scenario::RealtimeRaw) {
+        let above = |q: fn(&Stream) -> &Vec<f64>| -> Vec<f64> {
+            runs.iter().zip(raw).map(|(p, r)| percentile(q(p), 0.99) - percentile(q(r), 0.99)).collect()
+        };
+        println!(
+            "  {:<17} reliable {:>22}   unreliable {:>22}",
+            scenario.name(),
+            spread(&above(|s| &s.reliable), 1),
+            spread(&above(|s| &s.unreliable), 1)
         );
     }
 }
