@@ -51,8 +51,9 @@
 //!   seconds, one way: each tick a 100-byte unreliable packet (channel 1), every other tick
 //!   a 50-byte reliable one (channel 0); the receiver acknowledges. With repair copies on
 //!   (the default) and off on every channel. Measured: latency from `send` to `Received`
-//!   per mode, and every byte both hosts put on the wire (acknowledgements, pings and
-//!   checks included) per message sent.
+//!   per mode, the unreliable packets the sender never sent (expired at their deadline,
+//!   dropped for a full queue or replaced by a newer one), and every byte both hosts put
+//!   on the wire (acknowledgements, pings and checks included) per message sent.
 //! - `realtime-raw`: the same stream from plain sockets through the same relay, each
 //!   packet a datagram of its own, nothing repaired: the latency floor of the path and
 //!   the machine in the same round (its "reliable" figures are the 50-byte packets that
@@ -711,6 +712,16 @@ impl Stream {
     fn unreliable_delivered(&self) -> f64 {
         100.0 * self.unreliable.len() as f64 / self.unreliable_sent.max(1) as f64
     }
+
+    /// Unreliable packets the sender never sent: still queued at their deadline
+    /// (`TransferStats::unreliable_expired`), and dropped for a full queue or replaced by a
+    /// newer one (`PeerStats::unreliable_dropped` + `unreliable_replaced`). Plain sockets
+    /// drop nothing unsent: `NaN` for `realtime-raw`.
+    fn unsent(&self) -> (f64, f64) {
+        self.sender.map_or((f64::NAN, f64::NAN), |p| {
+            (p.transfer.unreliable_expired as f64, (p.unreliable_dropped + p.unreliable_replaced) as f64)
+        })
+    }
 }
 
 /// The `q` quantile of sorted values, nearest rank below (as the demo computes it).
@@ -1194,7 +1205,7 @@ fn print_lossy(scenario: Scenario, run: usize, seed: u64, o: &Outcome) {
 fn print_stream(scenario: Scenario, run: usize, seed: u64, s: &Stream) {
     println!(
         "{:<17} run {run} (seed {seed}): reliable p50 {:.1} p99 {:.1} max {:.1} ms ({} of {}); unreliable p50 {:.1} \
-         p99 {:.1} max {:.1} ms ({} of {}, {:.1}%); wire {:.1} B/msg ({:.1} with IP+UDP headers, {} datagrams); \
+         p99 {:.1} max {:.1} ms ({} of {}, {:.1}%; unsent: {} expired, {} dropped); wire {:.1} B/msg ({:.1} with IP+UDP headers, {} datagrams); \
          relay dropped {}+{} of {}+{} (data+acks), late p99 {:.2} max {:.2} ms; {}",
         scenario.name(),
         percentile(&s.reliable, 0.5),
@@ -1208,6 +1219,8 @@ fn print_stream(scenario: Scenario, run: usize, seed: u64, s: &Stream) {
         s.unreliable.len(),
         s.unreliable_sent,
         s.unreliable_delivered(),
+        s.unsent().0,
+        s.unsent().1,
         s.wire_per_message(),
         s.wire_per_message_with_headers(),
         s.datagrams,
@@ -1517,7 +1530,7 @@ fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
         o.runs
     );
     println!(
-        "  {:<17} {:>20} {:>20} {:>20} {:>20} {:>20} {:>22} {:>20} {:>20}",
+        "  {:<17} {:>20} {:>20} {:>20} {:>20} {:>20} {:>22} {:>20} {:>20} {:>16} {:>16}",
         "scenario",
         "reliable p50 ms",
         "reliable p99 ms",
@@ -1526,7 +1539,9 @@ fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
         "unreliable in %",
         "wire B/msg (UDP)",
         "+IP/UDP headers",
-        "copies/reliable"
+        "copies/reliable",
+        "expired",
+        "dropped"
     );
     let raw = results.iter().find(|(s, _)| *s == Scenario::RealtimeRaw).map(|(_, runs)| runs);
     for (scenario, runs) in results {
@@ -1534,7 +1549,7 @@ fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
         let copies =
             per(&|s| s.sender.map_or(f64::NAN, |p| p.transfer.repair_copies as f64 / s.reliable_sent.max(1) as f64));
         println!(
-            "  {:<17} {:>20} {:>20} {:>20} {:>20} {:>20} {:>22} {:>20} {:>20}",
+            "  {:<17} {:>20} {:>20} {:>20} {:>20} {:>20} {:>22} {:>20} {:>20} {:>16} {:>16}",
             scenario.name(),
             spread(&per(&|s| percentile(&s.reliable, 0.5)), 1),
             spread(&per(&|s| percentile(&s.reliable, 0.99)), 1),
@@ -1544,6 +1559,8 @@ fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
             spread(&per(&Stream::wire_per_message), 1),
             spread(&per(&Stream::wire_per_message_with_headers), 1),
             if *scenario == Scenario::RealtimeRaw { String::from("-") } else { spread(&copies, 2) },
+            if *scenario == Scenario::RealtimeRaw { String::from("-") } else { spread(&per(&|s| s.unsent().0), 0) },
+            if *scenario == Scenario::RealtimeRaw { String::from("-") } else { spread(&per(&|s| s.unsent().1), 0) },
         );
     }
     // What the protocol adds to the tail: each POROUS run against the raw run of its round,
