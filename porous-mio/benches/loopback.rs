@@ -1,5 +1,6 @@
-//! Bulk reliable transfer over real UDP on 127.0.0.1 through the adapters, next to raw UDP
-//! baselines, all in one run (issues 9 and 20). Prints its figures; no criterion.
+//! POROUS over real UDP on 127.0.0.1: bulk reliable transfer through the adapters next to
+//! raw UDP baselines (issues 9 and 20), then bulk and a 60 Hz game stream through a lossy
+//! relay (issues 16 and 17), all in one run. Prints its figures; no criterion.
 //!
 //! For 32-byte and 1,000-byte packets, each scenario runs `--runs` times, the scenarios
 //! interleaved (A B C A B C, the order rotated each run) so that a noisy moment of the
@@ -13,6 +14,8 @@
 //!   packet (both threads, from `/proc/thread-self/schedstat`), system calls.
 //! - `mio-nobatch`: the same with `Batching::NONE`, one system call per datagram: the
 //!   adapter as it was before batched IO.
+//! - `mio-aimd`: `mio` with `CongestionControl::Aimd` (the spec's controller) instead of
+//!   the default model-based one, to tell the controller's share of a clean-path figure.
 //! - `tokio`: the same transfer through `porous-tokio`, each end a current-thread tokio
 //!   runtime on its own thread (the driver task and the application task share it, so the
 //!   thread's CPU time is all of that end's). The sender queues until `QueueFull`, then
@@ -29,22 +32,52 @@
 //! against raw UDP's CPU per datagram divided by the messages POROUS put in a datagram,
 //! and goodput against raw throughput.
 //!
+//! Then two sets of scenarios through a lossy relay (issues 16 and 17): a third socket on
+//! 127.0.0.1 between the two hosts that drops each datagram with probability `--loss`
+//! (each way, from its own seeded generator per direction), and forwards the rest after
+//! `--delay` ms plus up to `--jitter` ms, never reordering a direction. Each run draws a
+//! new seed (`--seed` plus the run's index); the scenarios of one round share it.
+//! `--trace MS` prints the sender's view of the path every MS milliseconds of a `lossy-*`
+//! run.
+//!
+//! - `lossy-model` and `lossy-aimd`: `--lossy` reliable packets of 1,000 bytes, moved as in
+//!   `mio` (the sender keeps the queue full) with `CongestionControl::Model` (the default)
+//!   and `CongestionControl::Aimd` (the spec). Measured: the time to deliver them all, and
+//!   the sender's view of the path (resends, RTT, the controller's mode, bandwidth,
+//!   pacing rate and window). Every porous-mio run also prints the datagrams lost on the
+//!   way (sent less those the receiver verified), which the kernel's `RcvbufErrors`
+//!   undercounts: it counts a dropped GRO batch (up to 64 datagrams) once.
+//! - `realtime-repair` and `realtime-norepair`: a 60 Hz game stream for `--realtime`
+//!   seconds, one way: each tick a 100-byte unreliable packet (channel 1), every other tick
+//!   a 50-byte reliable one (channel 0); the receiver acknowledges. With repair copies on
+//!   (the default) and off on every channel. Measured: latency from `send` to `Received`
+//!   per mode, the unreliable packets the sender never sent (expired at their deadline,
+//!   dropped for a full queue or replaced by a newer one), and every byte both hosts put
+//!   on the wire (acknowledgements, pings and checks included) per message sent.
+//! - `realtime-raw`: the same stream from plain sockets through the same relay, each
+//!   packet a datagram of its own, nothing repaired: the latency floor of the path and
+//!   the machine in the same round (its "reliable" figures are the 50-byte packets that
+//!   arrived).
+//!
 //! ```text
 //! cargo bench -p porous-mio --bench loopback [-- --small 500000 --large 200000 --runs 5
-//!     --only mio,raw]
+//!     --lossy 2000 --realtime 20 --loss 0.05 --delay 25 --jitter 0 --seed 1 --trace 50
+//!     --only mio,raw,lossy-model,lossy-aimd,realtime-repair,realtime-norepair,realtime-raw]
 //! ```
 //!
 //! Without `--bench` on its command line (as under `cargo test --benches`) it runs one
 //! short round only.
 
+use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use porous_mio::{Batching, Event, Host, HostConfig, SendError, SendMode};
+use porous_mio::proto::{CongestionControl, CongestionMode};
+use porous_mio::{Batching, Event, Host, HostConfig, PeerStats, SendError, SendMode};
 use porous_udp::{AsSocketRef, UdpIo};
 
 /// Give up on a run after this long.
@@ -74,32 +107,62 @@ fn io_error(e: impl std::fmt::Display) -> std::io::Error {
 /// What a scenario is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scenario {
-    /// porous-mio with this batching.
-    Mio(Batching),
+    /// porous-mio with this batching and congestion controller.
+    Mio(Batching, CongestionControl),
     /// porous-tokio, full batching.
     Tokio,
     /// Plain sockets, one system call per datagram.
     Raw,
     /// `porous_udp::UdpIo`, full batching, no protocol.
     RawBatched,
+    /// Bulk reliable transfer through the lossy relay with this controller.
+    Lossy(CongestionControl),
+    /// The 60 Hz game stream through the lossy relay, repair copies on or off.
+    Realtime { repair: bool },
+    /// The same stream over plain sockets through the same relay, no protocol: what the
+    /// path and this machine's scheduling give.
+    RealtimeRaw,
 }
 
 impl Scenario {
-    const ALL: [Self; 5] =
-        [Self::Mio(Batching::FULL), Self::Raw, Self::Tokio, Self::Mio(Batching::NONE), Self::RawBatched];
+    /// The bulk transfers on a clean path.
+    const CLEAN: [Self; 6] = [
+        Self::MIO,
+        Self::Raw,
+        Self::Tokio,
+        Self::Mio(Batching::NONE, CongestionControl::Model),
+        Self::RawBatched,
+        Self::Mio(Batching::FULL, CongestionControl::Aimd),
+    ];
+    /// porous-mio as an application gets it: full batching, the default controller.
+    const MIO: Self = Self::Mio(Batching::FULL, CongestionControl::Model);
+    /// Bulk through the lossy relay (issue 16).
+    const LOSSY: [Self; 2] = [Self::Lossy(CongestionControl::Model), Self::Lossy(CongestionControl::Aimd)];
+    /// The game stream through the lossy relay (issue 17).
+    const REALTIME: [Self; 3] = [Self::Realtime { repair: true }, Self::Realtime { repair: false }, Self::RealtimeRaw];
+
+    fn all() -> impl Iterator<Item = Self> {
+        Self::CLEAN.into_iter().chain(Self::LOSSY).chain(Self::REALTIME)
+    }
 
     fn name(self) -> &'static str {
         match self {
-            Self::Mio(b) if b == Batching::NONE => "mio-nobatch",
-            Self::Mio(_) => "mio",
+            Self::Mio(b, _) if b == Batching::NONE => "mio-nobatch",
+            Self::Mio(_, CongestionControl::Aimd) => "mio-aimd",
+            Self::Mio(..) => "mio",
             Self::Tokio => "tokio",
             Self::Raw => "raw",
             Self::RawBatched => "raw-batched",
+            Self::Lossy(CongestionControl::Aimd) => "lossy-aimd",
+            Self::Lossy(_) => "lossy-model",
+            Self::Realtime { repair: true } => "realtime-repair",
+            Self::Realtime { repair: false } => "realtime-norepair",
+            Self::RealtimeRaw => "realtime-raw",
         }
     }
 
     fn is_porous(self) -> bool {
-        matches!(self, Self::Mio(_) | Self::Tokio)
+        matches!(self, Self::Mio(..) | Self::Tokio)
     }
 }
 
@@ -118,6 +181,9 @@ struct Outcome {
     wire_bytes: u64,
     /// Acknowledgement-direction datagrams from the receiver.
     acks: u64,
+    /// Datagrams the receiver took from its socket and verified (porous-mio runs): the
+    /// sender's `datagrams` less this is what the path (the kernel, the relay) lost.
+    arrived: u64,
     resent: u64,
     would_block: u64,
     /// System calls that moved datagrams, both ends.
@@ -127,6 +193,10 @@ struct Outcome {
     kernel_drops: u64,
     /// Datagrams the async adapter's driver left unread for a consumer that was behind.
     deferred: u64,
+    /// The sender's connection at the end (porous-mio runs).
+    peer: Option<PeerStats>,
+    /// What the lossy relay did, when there was one.
+    relay: RelayStats,
 }
 
 impl Outcome {
@@ -176,9 +246,170 @@ fn raw_socket() -> std::io::Result<(UdpSocket, usize)> {
     Ok((socket, granted))
 }
 
+/// The lossy path between the hosts of the `lossy-*` and `realtime-*` scenarios.
+#[derive(Clone, Copy, Debug)]
+struct Path {
+    /// Chance that a datagram is dropped, each way.
+    loss: f64,
+    /// One-way delay.
+    delay: Duration,
+    /// Random extra delay, up to this, uniform.
+    jitter: Duration,
+    /// Seeds the relay's generators (one per direction).
+    seed: u64,
+    /// Print the sender's view of the path every this often during a `lossy-*` run, to
+    /// see how its controller got where it ended (`--trace MS`).
+    trace: Option<Duration>,
+}
+
+/// SplitMix64: the relay's randomness, a fresh stream per seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// What the relay did, per direction: 0 is client (the first address that is not the
+/// server) to server, 1 the reverse.
+#[derive(Clone, Copy, Debug, Default)]
+struct RelayStats {
+    forwarded: [u64; 2],
+    dropped: [u64; 2],
+    /// How late the relay forwarded datagrams, both ways: the 99th percentile and the
+    /// worst. What it adds to the path's delay is the machine's scheduling, not POROUS:
+    /// on a busy two-core machine it is the floor of every latency figure's noise.
+    late_p99: Duration,
+    late_max: Duration,
+}
+
+/// A datagram the relay holds: when it is due, which way it goes, where, what.
+type Held = (Instant, usize, SocketAddr, Vec<u8>);
+
+/// A relay on 127.0.0.1 that loses, delays and jitters datagrams between a client and a
+/// server: the demo's relay idea, on two threads of its own so that neither host's loop
+/// paces it. The intake thread blocks in `recv_from`, so a datagram is stamped the moment
+/// it arrives, and decides its fate; the forwarding thread holds it and sends it when it
+/// is due, waking on a channel's timed receive (a futex with a nanosecond timeout: no
+/// millisecond rounding, no spinning on a two-core machine).
+struct Relay {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    intake: thread::JoinHandle<std::io::Result<[u64; 2]>>,
+    /// Datagrams forwarded each way, and how late each was.
+    forward: thread::JoinHandle<std::io::Result<([u64; 2], Vec<Duration>)>>,
+}
+
+impl Relay {
+    fn start(server: SocketAddr, path: Path) -> std::io::Result<Self> {
+        // The adapters' socket buffers: a burst of the bulk scenarios must not overflow the
+        // relay's buffer where it would not overflow a host's.
+        let (socket, _) = raw_socket()?;
+        let addr = socket.local_addr()?;
+        // Only so that the intake notices `stop`; datagrams wake it at once.
+        socket.set_read_timeout(Some(Duration::from_millis(20)))?;
+        let out = socket.try_clone()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel::<Held>();
+        let intake = {
+            let stop = stop.clone();
+            thread::spawn(move || -> std::io::Result<[u64; 2]> {
+                // One generator per direction: one direction's fate does not depend on how
+                // many datagrams the other carried.
+                let mut seeds = Rng(path.seed);
+                let mut rng = [Rng(seeds.next()), Rng(seeds.next())];
+                let (mut client, mut last_due) = (None, [None::<Instant>; 2]);
+                let mut dropped = [0u64; 2];
+                let mut buf = vec![0u8; 65_536];
+                while !stop.load(Ordering::Acquire) {
+                    let (n, from) = match socket.recv_from(&mut buf) {
+                        Ok(got) => got,
+                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let now = Instant::now();
+                    let (dir, to) = if from == server {
+                        match client {
+                            Some(c) => (1, c),
+                            None => continue,
+                        }
+                    } else {
+                        client = Some(from);
+                        (0, server)
+                    };
+                    if rng[dir].unit() < path.loss {
+                        dropped[dir] += 1;
+                        continue;
+                    }
+                    let mut due = now + path.delay;
+                    if !path.jitter.is_zero() {
+                        due += path.jitter.mul_f64(rng[dir].unit());
+                    }
+                    // A queue, not a shuffle: never before the datagram ahead of it.
+                    let due = last_due[dir].map_or(due, |last| due.max(last));
+                    last_due[dir] = Some(due);
+                    if tx.send((due, dir, to, buf[..n].to_vec())).is_err() {
+                        break;
+                    }
+                }
+                Ok(dropped)
+            })
+        };
+        let forward = thread::spawn(move || -> std::io::Result<([u64; 2], Vec<Duration>)> {
+            // Per direction, in due order (the intake keeps each direction's order).
+            let mut held: [VecDeque<Held>; 2] = [VecDeque::new(), VecDeque::new()];
+            let (mut forwarded, mut late) = ([0u64; 2], Vec::new());
+            loop {
+                let now = Instant::now();
+                for queue in &mut held {
+                    while queue.front().is_some_and(|h| h.0 <= now) {
+                        let Some((due, dir, to, data)) = queue.pop_front() else { break };
+                        // A host that is gone (the run is ending) is not the relay's error.
+                        if out.send_to(&data, to).is_ok() {
+                            forwarded[dir] += 1;
+                            late.push(now - due);
+                        }
+                    }
+                }
+                let next = held.iter().filter_map(|q| q.front().map(|h| h.0)).min();
+                let wait = next.map_or(Duration::from_millis(20), |t| t.saturating_duration_since(Instant::now()));
+                match rx.recv_timeout(wait) {
+                    Ok(h) => held[h.1].push_back(h),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    // The intake stopped: so does the relay.
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return Ok((forwarded, late)),
+                }
+            }
+        });
+        Ok(Self { addr, stop, intake, forward })
+    }
+
+    fn finish(self) -> std::io::Result<RelayStats> {
+        self.stop.store(true, Ordering::Release);
+        let dropped = self.intake.join().map_err(|_| io_error("relay intake panicked"))??;
+        let (forwarded, mut late) = self.forward.join().map_err(|_| io_error("relay forwarder panicked"))??;
+        late.sort();
+        let at = |q: f64| late.get(((late.len().max(1) - 1) as f64 * q) as usize).copied().unwrap_or_default();
+        Ok(RelayStats { forwarded, dropped, late_p99: at(0.99), late_max: at(1.0) })
+    }
+}
+
 /// The receiving end of a POROUS run, when it delivered the last packet.
 struct RecvEnd {
     deferred: u64,
+    arrived: u64,
     last: Instant,
     cpu: Duration,
     delivered: u64,
@@ -208,6 +439,7 @@ fn join(
     o.delivered = r.delivered;
     o.bytes = r.bytes;
     o.acks = r.acks;
+    o.arrived = r.arrived;
     o.syscalls += r.syscalls;
     o.deferred = r.deferred;
     Ok(o)
@@ -215,18 +447,18 @@ fn join(
 
 fn mio_receiver(
     n: u64,
-    batching: Batching,
+    (batching, config): (Batching, HostConfig),
     addr_tx: mpsc::Sender<SocketAddr>,
     start: Arc<Barrier>,
     done: Arc<AtomicBool>,
 ) -> std::io::Result<RecvEnd> {
-    let mut host = Host::bind(localhost(), HostConfig::default())?;
+    let mut host = Host::bind(localhost(), config)?;
     host.set_batching(batching);
     addr_tx.send(host.local_addr()).map_err(io_error)?;
     while !matches!(host.service(Duration::from_millis(10))?, Some(Event::Connected { .. })) {}
     start.wait();
     let cpu0 = thread_cpu();
-    let acks0 = host.core().stats().datagrams_sent;
+    let c0 = host.core().stats();
     let s0 = host.socket_stats();
     let deadline = Instant::now() + WATCHDOG;
     let (mut delivered, mut bytes) = (0u64, 0u64);
@@ -252,22 +484,32 @@ fn mio_receiver(
     done.store(true, Ordering::Release);
     // Acknowledge the tail so the sender sees everything acknowledged.
     let _ = host.service(Duration::from_millis(20));
-    let acks = host.core().stats().datagrams_sent - acks0;
+    let c1 = host.core().stats();
+    let (acks, arrived) = (c1.datagrams_sent - c0.datagrams_sent, c1.datagrams_received - c0.datagrams_received);
     let syscalls = (s1.recv_calls - s0.recv_calls) + (s1.send_calls - s0.send_calls);
-    Ok(RecvEnd { deferred: 0, last, cpu, delivered, bytes, acks, syscalls })
+    Ok(RecvEnd { deferred: 0, arrived, last, cpu, delivered, bytes, acks, syscalls })
 }
 
-fn mio_run(batching: Batching, size: usize, n: u64) -> std::io::Result<Outcome> {
+/// `n` reliable packets of `size` bytes from one porous-mio host to another, directly or
+/// through a lossy relay on `path`.
+fn mio_run(
+    (batching, config): (Batching, HostConfig),
+    size: usize,
+    n: u64,
+    path: Option<Path>,
+) -> std::io::Result<Outcome> {
     let (addr_tx, addr_rx) = mpsc::channel();
     let start = Arc::new(Barrier::new(2));
     let done = Arc::new(AtomicBool::new(false));
     let receiver = {
-        let (start, done) = (start.clone(), done.clone());
-        thread::spawn(move || mio_receiver(n, batching, addr_tx, start, done))
+        let (start, done, config) = (start.clone(), done.clone(), config.clone());
+        thread::spawn(move || mio_receiver(n, (batching, config), addr_tx, start, done))
     };
+    let receiver_addr = addr_rx.recv().map_err(io_error)?;
+    let relay = path.map(|p| Relay::start(receiver_addr, p)).transpose()?;
+    let remote = relay.as_ref().map_or(receiver_addr, |r| r.addr);
     let sender = thread::spawn(move || -> std::io::Result<SendEnd> {
-        let remote = addr_rx.recv().map_err(io_error)?;
-        let mut host = Host::bind(localhost(), HostConfig::default())?;
+        let mut host = Host::bind(localhost(), config)?;
         host.set_batching(batching);
         let peer = host.connect(remote).map_err(io_error)?;
         while !matches!(host.service(Duration::from_millis(10))?, Some(Event::Connected { .. })) {}
@@ -279,6 +521,8 @@ fn mio_run(batching: Batching, size: usize, n: u64) -> std::io::Result<Outcome> 
         let cpu0 = thread_cpu();
         let t0 = Instant::now();
         let mut sent = 0u64;
+        let trace = path.and_then(|p| p.trace);
+        let mut next_trace = t0;
         while !done.load(Ordering::Acquire) {
             while sent < n {
                 match host.send(peer, 0, packet.clone(), SendMode::Reliable) {
@@ -288,24 +532,43 @@ fn mio_run(batching: Batching, size: usize, n: u64) -> std::io::Result<Outcome> 
                 }
             }
             let _ = host.service(Duration::from_millis(1))?;
+            if let Some(every) = trace
+                && Instant::now() >= next_trace
+            {
+                next_trace += every;
+                let stats = host.peer_stats(peer);
+                let flight = stats.map_or(0, |p| p.flight);
+                println!(
+                    "  trace {:>7.1} ms: flight {flight} B, {}",
+                    t0.elapsed().as_secs_f64() * 1e3,
+                    path_view(stats.as_ref())
+                );
+            }
             if t0.elapsed() > WATCHDOG {
                 return Err(io_error("watchdog: the sender gave up"));
             }
         }
         let cpu = thread_cpu() - cpu0;
         let (c1, s1) = (host.core().stats(), host.socket_stats());
-        let p1 = host.peer_stats(peer).map(|p| p.transfer.frames_resent).unwrap_or(0);
+        let stats = host.peer_stats(peer);
+        let p1 = stats.map(|p| p.transfer.frames_resent).unwrap_or(0);
         let outcome = Outcome {
             datagrams: c1.datagrams_sent - c0.datagrams_sent,
             wire_bytes: c1.bytes_sent - c0.bytes_sent,
             would_block: s1.would_block - s0.would_block,
             resent: p1 - p0,
             syscalls: (s1.send_calls - s0.send_calls) + (s1.recv_calls - s0.recv_calls),
+            peer: stats,
             ..Outcome::default()
         };
         Ok(SendEnd { start: t0, cpu, outcome })
     });
-    join(sender, receiver)
+    let outcome = join(sender, receiver);
+    // Stop the relay whatever happened, so that a failed run leaves no thread behind.
+    let relay = relay.map(Relay::finish).transpose()?;
+    let mut outcome = outcome?;
+    outcome.relay = relay.unwrap_or_default();
+    Ok(outcome)
 }
 
 /// A current-thread tokio runtime for one end of a `tokio` run.
@@ -327,6 +590,7 @@ fn tokio_run(size: usize, n: u64) -> std::io::Result<Outcome> {
                 start.wait();
                 let cpu0 = thread_cpu();
                 let (acks0, s0) = (host.stats().datagrams_sent, host.socket_stats());
+                let received0 = host.stats().datagrams_received;
                 let (mut delivered, mut bytes) = (0u64, 0u64);
                 // One watchdog around the whole loop, as the mio receiver checks the time once
                 // per event rather than arming a timer per packet.
@@ -350,7 +614,8 @@ fn tokio_run(size: usize, n: u64) -> std::io::Result<Outcome> {
                 let acks = host.stats().datagrams_sent - acks0;
                 let syscalls = (s1.recv_calls - s0.recv_calls) + (s1.send_calls - s0.send_calls);
                 let deferred = peer.delivery_stats().datagrams_deferred;
-                Ok(RecvEnd { deferred, last, cpu, delivered, bytes, acks, syscalls })
+                let arrived = host.stats().datagrams_received - received0;
+                Ok(RecvEnd { deferred, arrived, last, cpu, delivered, bytes, acks, syscalls })
             })
         })
     };
@@ -395,6 +660,280 @@ fn tokio_run(size: usize, n: u64) -> std::io::Result<Outcome> {
         })
     });
     join(sender, receiver)
+}
+
+/// The game stream of the `realtime-*` scenarios (issue 17): ticks per second, and the
+/// two packets of a tick.
+const TICK_RATE: u32 = 60;
+/// Each tick, on channel 1: a state update, unreliable.
+const STATE_SIZE: usize = 100;
+/// Every other tick (30 Hz), on channel 0: an event, reliable.
+const EVENT_SIZE: usize = 50;
+/// IPv4 and UDP headers of a datagram on 127.0.0.1, for wire figures that include them.
+const IP_UDP_HEADERS: u64 = 28;
+/// How long the receiver of the stream stays after the last reliable packet: longer than
+/// the unreliable deadline (100 ms) and an acknowledgement's hold, so the tail of the
+/// stream and its acknowledgements are part of the run.
+const STREAM_LINGER: Duration = Duration::from_millis(250);
+
+/// One run of the game stream.
+#[derive(Clone, Debug, Default)]
+struct Stream {
+    /// Latencies from `send` to `Received`, ms, sorted: channel 0 (reliable) and channel 1
+    /// (unreliable).
+    reliable: Vec<f64>,
+    unreliable: Vec<f64>,
+    reliable_sent: u64,
+    unreliable_sent: u64,
+    /// UDP payload bytes and datagrams both hosts sent while the stream ran, both ways.
+    wire_bytes: u64,
+    datagrams: u64,
+    /// The sender's connection at the end.
+    sender: Option<PeerStats>,
+    relay: RelayStats,
+}
+
+impl Stream {
+    fn messages(&self) -> u64 {
+        self.reliable_sent + self.unreliable_sent
+    }
+
+    /// Wire bytes per message sent: UDP payload, as the simulator's tables and the demo
+    /// count them (`HostStats::bytes_sent`).
+    fn wire_per_message(&self) -> f64 {
+        self.wire_bytes as f64 / self.messages().max(1) as f64
+    }
+
+    /// The same with each datagram's IPv4 and UDP headers.
+    fn wire_per_message_with_headers(&self) -> f64 {
+        (self.wire_bytes + IP_UDP_HEADERS * self.datagrams) as f64 / self.messages().max(1) as f64
+    }
+
+    fn unreliable_delivered(&self) -> f64 {
+        100.0 * self.unreliable.len() as f64 / self.unreliable_sent.max(1) as f64
+    }
+
+    /// Unreliable packets the sender never sent: still queued at their deadline
+    /// (`TransferStats::unreliable_expired`), and dropped for a full queue or replaced by a
+    /// newer one (`PeerStats::unreliable_dropped` + `unreliable_replaced`). Plain sockets
+    /// drop nothing unsent: `NaN` for `realtime-raw`.
+    fn unsent(&self) -> (f64, f64) {
+        self.sender.map_or((f64::NAN, f64::NAN), |p| {
+            (p.transfer.unreliable_expired as f64, (p.unreliable_dropped + p.unreliable_replaced) as f64)
+        })
+    }
+}
+
+/// The `q` quantile of sorted values, nearest rank below (as the demo computes it).
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        n => sorted[((n - 1) as f64 * q) as usize],
+    }
+}
+
+/// A packet of the stream: its sequence number, when it was sent (ns after `epoch`),
+/// padding to `size`.
+fn stream_packet(seq: u64, sent: Duration, size: usize) -> Bytes {
+    let mut v = vec![0u8; size.max(16)];
+    v[..8].copy_from_slice(&seq.to_le_bytes());
+    v[8..16].copy_from_slice(&(sent.as_nanos() as u64).to_le_bytes());
+    Bytes::from(v)
+}
+
+/// When a stream packet was sent, ns after the epoch.
+fn stream_sent(data: &[u8]) -> Option<Duration> {
+    let ns = u64::from_le_bytes(data.get(8..16)?.try_into().ok()?);
+    Some(Duration::from_nanos(ns))
+}
+
+/// Runs one end of the game stream; if it fails, tells the other end to stop waiting for
+/// it (`done` for the sender, no more reliable packets to come for the receiver).
+fn abort_on_error<T>(
+    done: &AtomicBool,
+    reliable_total: &AtomicU64,
+    end: impl FnOnce() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let result = end();
+    if result.is_err() {
+        done.store(true, Ordering::Release);
+        reliable_total.store(0, Ordering::Release);
+    }
+    result
+}
+
+/// The game stream for `duration` through a relay on `path`: one sender ticking at 60 Hz
+/// (event-driven between ticks, `service` until the next one, as a porous-mio application
+/// in standalone mode runs), one receiver that records each packet's latency. Repair
+/// copies on or off on every channel of both hosts.
+fn realtime_run(repair: bool, duration: Duration, path: Path) -> std::io::Result<Stream> {
+    let mut config = HostConfig::default();
+    for channel in &mut config.peer.channels {
+        channel.repair = repair;
+    }
+    // One clock for both threads: send times travel in the packets as offsets from it.
+    let epoch = Instant::now();
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let start = Arc::new(Barrier::new(2));
+    // Reliable packets the sender queued; unknown (u64::MAX) until its traffic is over.
+    let reliable_total = Arc::new(AtomicU64::new(u64::MAX));
+    let done = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let (start, done, reliable_total, config) =
+            (start.clone(), done.clone(), reliable_total.clone(), config.clone());
+        thread::spawn(move || {
+            abort_on_error(&done, &reliable_total, || -> std::io::Result<(Vec<f64>, Vec<f64>, u64, u64)> {
+                let mut host = Host::bind(localhost(), config)?;
+                addr_tx.send(host.local_addr()).map_err(io_error)?;
+                while !matches!(host.service(Duration::from_millis(10))?, Some(Event::Connected { .. })) {}
+                start.wait();
+                let c0 = host.core().stats();
+                let deadline = Instant::now() + duration + WATCHDOG;
+                let (mut reliable, mut unreliable) = (Vec::new(), Vec::new());
+                let mut complete: Option<Instant> = None;
+                loop {
+                    let event = host.service(Duration::from_millis(5))?;
+                    let now = Instant::now();
+                    match event {
+                        Some(Event::Received { channel, data, .. }) => {
+                            let sent =
+                                stream_sent(&data).ok_or_else(|| io_error("a stream packet without its header"))?;
+                            let ms = now.saturating_duration_since(epoch + sent).as_secs_f64() * 1e3;
+                            if channel == 0 { reliable.push(ms) } else { unreliable.push(ms) }
+                        }
+                        Some(Event::Disconnected { reason, .. }) => return Err(io_error(reason)),
+                        _ => {}
+                    }
+                    if complete.is_none() && reliable.len() as u64 >= reliable_total.load(Ordering::Acquire) {
+                        complete = Some(now);
+                    }
+                    if complete.is_some_and(|t| now >= t + STREAM_LINGER) {
+                        break;
+                    }
+                    if now > deadline {
+                        return Err(io_error(format!("watchdog: {} reliable packets delivered", reliable.len())));
+                    }
+                }
+                let c1 = host.core().stats();
+                done.store(true, Ordering::Release);
+                reliable.sort_by(f64::total_cmp);
+                unreliable.sort_by(f64::total_cmp);
+                Ok((reliable, unreliable, c1.bytes_sent - c0.bytes_sent, c1.datagrams_sent - c0.datagrams_sent))
+            })
+        })
+    };
+    let receiver_addr = addr_rx.recv().map_err(io_error)?;
+    let relay = Relay::start(receiver_addr, path)?;
+    let remote = relay.addr;
+    let sender = thread::spawn(move || {
+        abort_on_error(&done, &reliable_total, || -> std::io::Result<Stream> {
+            let mut host = Host::bind(localhost(), config)?;
+            let peer = host.connect(remote).map_err(io_error)?;
+            while !matches!(host.service(Duration::from_millis(10))?, Some(Event::Connected { .. })) {}
+            start.wait();
+            let c0 = host.core().stats();
+            let tick = Duration::from_secs(1) / TICK_RATE;
+            let ticks = (duration.as_secs_f64() * f64::from(TICK_RATE)).round().max(1.0) as u64;
+            let mut stream = Stream::default();
+            let mut next = Instant::now();
+            for i in 0..ticks {
+                // Between ticks the host does its own work: acknowledgements, resends, probes.
+                while let Some(wait) = next.checked_duration_since(Instant::now()).filter(|w| !w.is_zero()) {
+                    let _ = host.service(wait)?;
+                }
+                let sent = epoch.elapsed();
+                host.send(peer, 1, stream_packet(i, sent, STATE_SIZE), SendMode::Unreliable).map_err(io_error)?;
+                stream.unreliable_sent += 1;
+                if i % 2 == 0 {
+                    host.send(peer, 0, stream_packet(i / 2, sent, EVENT_SIZE), SendMode::Reliable).map_err(io_error)?;
+                    stream.reliable_sent += 1;
+                }
+                // The tick's packets leave now, not at the next wake-up.
+                host.flush()?;
+                next += tick;
+            }
+            reliable_total.store(stream.reliable_sent, Ordering::Release);
+            let deadline = Instant::now() + WATCHDOG;
+            while !done.load(Ordering::Acquire) {
+                let _ = host.service(Duration::from_millis(5))?;
+                if Instant::now() > deadline {
+                    return Err(io_error("watchdog: the receiver never finished"));
+                }
+            }
+            let c1 = host.core().stats();
+            stream.wire_bytes = c1.bytes_sent - c0.bytes_sent;
+            stream.datagrams = c1.datagrams_sent - c0.datagrams_sent;
+            stream.sender = host.peer_stats(peer);
+            Ok(stream)
+        })
+    });
+    let sent = sender.join().map_err(|_| io_error("sender panicked"));
+    let received = receiver.join().map_err(|_| io_error("receiver panicked"));
+    let relay = relay.finish()?;
+    let (mut stream, (reliable, unreliable, bytes, datagrams)) = (sent??, received??);
+    stream.reliable = reliable;
+    stream.unreliable = unreliable;
+    stream.wire_bytes += bytes;
+    stream.datagrams += datagrams;
+    stream.relay = relay;
+    Ok(stream)
+}
+
+/// The game stream with no protocol: each packet in a datagram of its own from a plain
+/// socket, through a relay on `path`; what arrives is timed as in [`realtime_run`]. Its
+/// latency is the floor POROUS's is measured against in the same round: the path's delay
+/// plus what this machine's scheduling adds to any two threads talking through a third.
+fn realtime_raw_run(duration: Duration, path: Path) -> std::io::Result<Stream> {
+    let epoch = Instant::now();
+    let (rx, _) = raw_socket()?;
+    // Only so that the receiver notices the end; datagrams wake it at once.
+    rx.set_read_timeout(Some(Duration::from_millis(20)))?;
+    let relay = Relay::start(rx.local_addr()?, path)?;
+    let done = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let done = done.clone();
+        thread::spawn(move || -> std::io::Result<(Vec<f64>, Vec<f64>)> {
+            let (mut reliable, mut unreliable) = (Vec::new(), Vec::new());
+            let mut buf = vec![0u8; 65_536];
+            while !done.load(Ordering::Acquire) {
+                let Ok((n, _)) = rx.recv_from(&mut buf) else { continue };
+                let now = Instant::now();
+                let sent = stream_sent(&buf[..n]).ok_or_else(|| io_error("a stream packet without its header"))?;
+                let ms = now.saturating_duration_since(epoch + sent).as_secs_f64() * 1e3;
+                if n == EVENT_SIZE { reliable.push(ms) } else { unreliable.push(ms) }
+            }
+            Ok((reliable, unreliable))
+        })
+    };
+    let (tx, _) = raw_socket()?;
+    let tick = Duration::from_secs(1) / TICK_RATE;
+    let ticks = (duration.as_secs_f64() * f64::from(TICK_RATE)).round().max(1.0) as u64;
+    let mut stream = Stream::default();
+    let mut next = Instant::now();
+    for i in 0..ticks {
+        thread::sleep(next.saturating_duration_since(Instant::now()));
+        let sent = epoch.elapsed();
+        for (seq, size) in [(Some(i), STATE_SIZE), ((i % 2 == 0).then_some(i / 2), EVENT_SIZE)] {
+            let Some(seq) = seq else { continue };
+            let datagram = stream_packet(seq, sent, size);
+            tx.send_to(&datagram, relay.addr)?;
+            stream.wire_bytes += datagram.len() as u64;
+            stream.datagrams += 1;
+            if size == EVENT_SIZE { stream.reliable_sent += 1 } else { stream.unreliable_sent += 1 }
+        }
+        next += tick;
+    }
+    // The last datagrams' way through the relay, with room for its lateness.
+    thread::sleep(path.delay + path.jitter + STREAM_LINGER);
+    done.store(true, Ordering::Release);
+    let received = receiver.join().map_err(|_| io_error("receiver panicked"));
+    stream.relay = relay.finish()?;
+    let (mut reliable, mut unreliable) = received??;
+    reliable.sort_by(f64::total_cmp);
+    unreliable.sort_by(f64::total_cmp);
+    stream.reliable = reliable;
+    stream.unreliable = unreliable;
+    Ok(stream)
 }
 
 /// The raw baselines: `count` datagrams of `size` bytes, blasted.
@@ -526,26 +1065,60 @@ struct Options {
     large: u64,
     runs: usize,
     scenarios: Vec<Scenario>,
+    /// Packets of the `lossy-*` scenarios.
+    lossy: u64,
+    /// Length of the `realtime-*` stream.
+    realtime: Duration,
+    /// The relay of the lossy scenarios; its seed is the first run's.
+    path: Path,
 }
 
 fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
+    // Issue 16's and 17's path: 5% loss each way, 25 ms one-way.
+    let path = Path { loss: 0.05, delay: Duration::from_millis(25), jitter: Duration::ZERO, seed: 1, trace: None };
+    let all = Scenario::all().collect();
     let mut o = if full {
-        Options { small: 500_000, large: 200_000, runs: 5, scenarios: Scenario::ALL.to_vec() }
+        Options {
+            small: 500_000,
+            large: 200_000,
+            runs: 5,
+            scenarios: all,
+            lossy: 2_000,
+            realtime: Duration::from_secs(20),
+            path,
+        }
     } else {
-        Options { small: 20_000, large: 5_000, runs: 1, scenarios: Scenario::ALL.to_vec() }
+        // The smoke run: every scenario once, briefly.
+        Options {
+            small: 20_000,
+            large: 5_000,
+            runs: 1,
+            scenarios: all,
+            lossy: 100,
+            realtime: Duration::from_millis(500),
+            path,
+        }
     };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         let mut value = || it.next().cloned().unwrap_or_default();
+        let ms = |v: String, default: Duration| v.parse::<f64>().map_or(default, |v| Duration::from_secs_f64(v / 1e3));
         match a.as_str() {
             "--small" => o.small = value().parse().unwrap_or(o.small),
             "--large" => o.large = value().parse().unwrap_or(o.large),
             "--runs" => o.runs = value().parse::<usize>().map_or(o.runs, |v| v.max(1)),
+            "--lossy" => o.lossy = value().parse().unwrap_or(o.lossy),
+            "--realtime" => o.realtime = ms(value(), o.realtime / 1000) * 1000,
+            "--loss" => o.path.loss = value().parse().unwrap_or(o.path.loss),
+            "--delay" => o.path.delay = ms(value(), o.path.delay),
+            "--jitter" => o.path.jitter = ms(value(), o.path.jitter),
+            "--seed" => o.path.seed = value().parse().unwrap_or(o.path.seed),
+            "--trace" => o.path.trace = value().parse::<f64>().ok().map(|ms| Duration::from_secs_f64(ms / 1e3)),
             "--only" => {
                 let names = value();
-                o.scenarios = Scenario::ALL.into_iter().filter(|s| names.split(',').any(|n| n == s.name())).collect();
+                o.scenarios = Scenario::all().filter(|s| names.split(',').any(|n| n == s.name())).collect();
             }
             _ => {}
         }
@@ -553,13 +1126,121 @@ fn options() -> Options {
     o
 }
 
+/// The scenarios of `set` that were asked for, in `set`'s order, each with its runs.
+fn selected<T>(o: &Options, set: &[Scenario]) -> Vec<(Scenario, Vec<T>)> {
+    set.iter().filter(|s| o.scenarios.contains(s)).map(|&s| (s, Vec::new())).collect()
+}
+
+/// The order of one round: rotated every run, so that each scenario runs first as often
+/// as the others and a slow moment of the machine favours none (A B, B A, A B, ...).
+fn round_order(run: usize, len: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    order.rotate_left(run % len.max(1));
+    order
+}
+
+/// The relay's path for one run: a seed of its own, shared by the scenarios of the round.
+fn path_of_run(o: &Options, run: usize) -> Path {
+    Path { seed: o.path.seed.wrapping_add(run as u64), ..o.path }
+}
+
+fn mode_name(mode: CongestionMode) -> &'static str {
+    match mode {
+        CongestionMode::SlowStart => "slow-start",
+        CongestionMode::Avoidance => "avoidance",
+        CongestionMode::Startup => "startup",
+        CongestionMode::Drain => "drain",
+        CongestionMode::ProbeBandwidth => "probe-bw",
+        CongestionMode::ProbeRtt => "probe-rtt",
+        _ => "other",
+    }
+}
+
+/// The sender's view of the path at the end of a run.
+fn path_view(p: Option<&PeerStats>) -> String {
+    let Some(p) = p else { return String::from("no connection stats") };
+    let t = &p.transfer;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    format!(
+        "rtt {:.1} ms (min {:.1}, rto {:.1}), {} {}, bw {}, pacing {}, cwnd {} B; frames sent {}, resent {}, \
+         lost {} ({} spurious), resets {}; repair copies {}, probes {}; unreliable expired {}, stripped {}",
+        ms(p.rtt),
+        ms(p.congestion.min_rtt),
+        ms(p.rto),
+        mode_name(p.congestion.mode),
+        if p.ssthresh == usize::MAX { String::new() } else { format!("(ssthresh {} B)", p.ssthresh) },
+        mbps(p.congestion.bandwidth as f64),
+        mbps(p.congestion.pacing_rate as f64),
+        p.cwnd,
+        t.frames_sent,
+        t.frames_resent,
+        t.frames_lost,
+        t.losses_spurious,
+        t.congestion_resets,
+        t.repair_copies,
+        t.probes,
+        t.unreliable_expired,
+        t.unreliable_stripped,
+    )
+}
+
+fn print_lossy(scenario: Scenario, run: usize, seed: u64, o: &Outcome) {
+    println!(
+        "{:<17} run {run} (seed {seed}): {:>8.1} ms  goodput {:>10}  relay dropped {}+{} of {}+{} (data+acks), \
+         late p99 {:.2} max {:.2} ms, {} dropped by the kernel; {}",
+        scenario.name(),
+        o.wall.as_secs_f64() * 1e3,
+        mbps(o.rate()),
+        o.relay.dropped[0],
+        o.relay.dropped[1],
+        o.relay.dropped[0] + o.relay.forwarded[0],
+        o.relay.dropped[1] + o.relay.forwarded[1],
+        o.relay.late_p99.as_secs_f64() * 1e3,
+        o.relay.late_max.as_secs_f64() * 1e3,
+        o.kernel_drops,
+        path_view(o.peer.as_ref()),
+    );
+}
+
+fn print_stream(scenario: Scenario, run: usize, seed: u64, s: &Stream) {
+    println!(
+        "{:<17} run {run} (seed {seed}): reliable p50 {:.1} p99 {:.1} max {:.1} ms ({} of {}); unreliable p50 {:.1} \
+         p99 {:.1} max {:.1} ms ({} of {}, {:.1}%; unsent: {} expired, {} dropped); wire {:.1} B/msg ({:.1} with IP+UDP headers, {} datagrams); \
+         relay dropped {}+{} of {}+{} (data+acks), late p99 {:.2} max {:.2} ms; {}",
+        scenario.name(),
+        percentile(&s.reliable, 0.5),
+        percentile(&s.reliable, 0.99),
+        percentile(&s.reliable, 1.0),
+        s.reliable.len(),
+        s.reliable_sent,
+        percentile(&s.unreliable, 0.5),
+        percentile(&s.unreliable, 0.99),
+        percentile(&s.unreliable, 1.0),
+        s.unreliable.len(),
+        s.unreliable_sent,
+        s.unreliable_delivered(),
+        s.unsent().0,
+        s.unsent().1,
+        s.wire_per_message(),
+        s.wire_per_message_with_headers(),
+        s.datagrams,
+        s.relay.dropped[0],
+        s.relay.dropped[1],
+        s.relay.dropped[0] + s.relay.forwarded[0],
+        s.relay.dropped[1] + s.relay.forwarded[1],
+        s.relay.late_p99.as_secs_f64() * 1e3,
+        s.relay.late_max.as_secs_f64() * 1e3,
+        path_view(s.sender.as_ref()),
+    );
+}
+
 fn print_run(scenario: Scenario, run: usize, o: &Outcome) {
     let name = scenario.name();
     if scenario.is_porous() {
         println!(
             "{name:<12} run {run}: {:>8.1} ms  goodput {:>12}  cpu/msg {:>7.1} ns (send {:.0} ms, recv {:.0} ms, \
-             sender busy {:.0}%)  {} data datagrams of {} B, {} acks, {} syscalls, {} resent, {} would-block, \
-             {} dropped by the kernel, {} deferred",
+             sender busy {:.0}%)  {} data datagrams of {} B, {} acks, {} syscalls, {} resent, {} lost on the way, \
+             {} would-block, {} dropped by the kernel, {} deferred{}",
             o.wall.as_secs_f64() * 1e3,
             mbps(o.rate()),
             o.cpu_per_item(),
@@ -571,9 +1252,12 @@ fn print_run(scenario: Scenario, run: usize, o: &Outcome) {
             o.acks,
             o.syscalls,
             o.resent,
+            o.datagrams.saturating_sub(o.arrived),
             o.would_block,
             o.kernel_drops,
             o.deferred,
+            // porous-mio runs: how the sender's controller saw the path.
+            o.peer.map_or_else(String::new, |p| format!("; {}", path_view(Some(&p)))),
         );
     } else {
         println!(
@@ -594,7 +1278,7 @@ fn print_run(scenario: Scenario, run: usize, o: &Outcome) {
 fn main() -> std::io::Result<()> {
     let o = options();
     let names: Vec<&str> = o.scenarios.iter().map(|s| s.name()).collect();
-    println!("loopback bulk transfer, POROUS adapters (default config) vs raw UDP, {} runs each", o.runs);
+    println!("loopback, POROUS adapters (default config) vs raw UDP, {} runs each", o.runs);
     println!("scenarios, interleaved: {}", names.join(", "));
     println!("machine: {} cpus, {}", thread::available_parallelism().map_or(0, usize::from), cpu_model());
     println!(
@@ -602,16 +1286,36 @@ fn main() -> std::io::Result<()> {
         porous_mio::SOCKET_BUFFER / 1024,
         raw_socket()?.1 / 1024
     );
+    let clean = clean_runs(&o)?;
+    let lossy = lossy_runs(&o)?;
+    let streams = realtime_runs(&o)?;
+    if !clean.is_empty() {
+        println!();
+        println!("medians (min-max) of {} runs; ratios per run against `raw` of the same run:", o.runs);
+        clean_medians(clean);
+    }
+    lossy_medians(&o, &lossy);
+    realtime_medians(&o, &streams);
+    Ok(())
+}
+
+/// One table of the clean path: packet size, count, messages per datagram, the runs.
+type CleanTable = (usize, u64, f64, Vec<(Scenario, Vec<Outcome>)>);
+
+/// The bulk transfers on a clean path, 32-byte and 1,000-byte packets.
+fn clean_runs(o: &Options) -> std::io::Result<Vec<CleanTable>> {
+    if selected::<Outcome>(o, &Scenario::CLEAN).is_empty() {
+        return Ok(Vec::new());
+    }
     let mut tables = Vec::new();
     for (size, n) in [(32usize, o.small), (1000, o.large)] {
         println!();
         println!("== {n} reliable packets of {size} bytes");
-        let mut results: Vec<(Scenario, Vec<Outcome>)> = o.scenarios.iter().map(|&s| (s, Vec::new())).collect();
+        let mut results: Vec<(Scenario, Vec<Outcome>)> = selected(o, &Scenario::CLEAN);
         // The raw datagrams: the size and count of the latest POROUS run (first run: POROUS first).
         let mut shape: Option<(usize, u64, f64)> = None;
         for run in 0..o.runs {
-            let mut order: Vec<usize> = (0..results.len()).collect();
-            order.rotate_left(run % results.len().max(1));
+            let mut order = round_order(run, results.len());
             if shape.is_none() {
                 order.sort_by_key(|&i| !results[i].0.is_porous());
             }
@@ -619,16 +1323,23 @@ fn main() -> std::io::Result<()> {
                 let scenario = results[i].0;
                 let drops0 = kernel_drops();
                 let outcome = match scenario {
-                    Scenario::Mio(batching) => mio_run(batching, size, n)?,
+                    Scenario::Mio(batching, congestion) => {
+                        let mut config = HostConfig::default();
+                        config.peer.congestion = congestion;
+                        mio_run((batching, config), size, n, None)?
+                    }
                     Scenario::Tokio => tokio_run(size, n)?,
                     Scenario::Raw | Scenario::RawBatched => {
                         let (dsize, count, _) = shape.unwrap_or((size + 10, n, 1.0));
                         raw_run(scenario == Scenario::RawBatched, dsize, count)?
                     }
+                    Scenario::Lossy(_) | Scenario::Realtime { .. } | Scenario::RealtimeRaw => {
+                        unreachable!("not a clean-path scenario")
+                    }
                 };
                 let mut outcome = outcome;
                 outcome.kernel_drops = kernel_drops() - drops0;
-                if scenario == Scenario::Mio(Batching::FULL) || (shape.is_none() && scenario.is_porous()) {
+                if scenario == Scenario::MIO || (shape.is_none() && scenario.is_porous()) {
                     shape = Some((outcome.datagram_size(), outcome.datagrams, outcome.per_datagram()));
                 }
                 print_run(scenario, run, &outcome);
@@ -637,8 +1348,10 @@ fn main() -> std::io::Result<()> {
         }
         tables.push((size, n, shape.map_or(1.0, |s| s.2), results));
     }
-    println!();
-    println!("medians (min-max) of {} runs; ratios per run against `raw` of the same run:", o.runs);
+    Ok(tables)
+}
+
+fn clean_medians(tables: Vec<CleanTable>) {
     for (size, n, per_datagram, results) in tables {
         println!();
         println!("{n} packets of {size} B ({per_datagram:.1} per datagram):");
@@ -654,7 +1367,7 @@ fn main() -> std::io::Result<()> {
             "goodput / mio's"
         );
         let find = |wanted: Scenario| results.iter().find(|(s, _)| *s == wanted).map(|(_, r)| r.clone());
-        let (raw, mio) = (find(Scenario::Raw), find(Scenario::Mio(Batching::FULL)));
+        let (raw, mio) = (find(Scenario::Raw), find(Scenario::MIO));
         for (scenario, runs) in &results {
             let goodput: Vec<f64> = runs.iter().map(|r| r.rate() / 1e6).collect();
             let syscalls = median(runs.iter().map(|r| r.syscalls as f64 / r.delivered.max(1) as f64).collect());
@@ -672,7 +1385,7 @@ fn main() -> std::io::Result<()> {
                 };
                 let (raw_cpu, raw_goodput) =
                     against(&raw, |p, r| p.cpu_per_item() / (r.cpu_per_item() / p.per_datagram()));
-                let (mio_cpu, mio_goodput) = if *scenario == Scenario::Mio(Batching::FULL) {
+                let (mio_cpu, mio_goodput) = if *scenario == Scenario::MIO {
                     (String::new(), String::new())
                 } else {
                     against(&mio, |p, m| p.cpu_per_item() / m.cpu_per_item())
@@ -702,7 +1415,169 @@ fn main() -> std::io::Result<()> {
             }
         }
     }
-    Ok(())
+}
+
+/// Bulk through the lossy relay, each controller once per round.
+fn lossy_runs(o: &Options) -> std::io::Result<Vec<(Scenario, Vec<Outcome>)>> {
+    let mut results = selected(o, &Scenario::LOSSY);
+    if results.is_empty() {
+        return Ok(results);
+    }
+    println!();
+    println!(
+        "== lossy path: {} reliable packets of 1000 bytes through a relay, {:.0}% loss each way, {} ms one-way \
+         (+ up to {} ms jitter)",
+        o.lossy,
+        o.path.loss * 100.0,
+        o.path.delay.as_millis(),
+        o.path.jitter.as_millis()
+    );
+    for run in 0..o.runs {
+        let path = path_of_run(o, run);
+        for i in round_order(run, results.len()) {
+            let scenario = results[i].0;
+            let Scenario::Lossy(congestion) = scenario else { unreachable!("not a lossy scenario") };
+            let mut config = HostConfig::default();
+            config.peer.congestion = congestion;
+            let drops0 = kernel_drops();
+            let mut outcome = mio_run((Batching::FULL, config), 1000, o.lossy, Some(path))?;
+            outcome.kernel_drops = kernel_drops() - drops0;
+            print_lossy(scenario, run, path.seed, &outcome);
+            results[i].1.push(outcome);
+        }
+    }
+    Ok(results)
+}
+
+fn lossy_medians(o: &Options, results: &[(Scenario, Vec<Outcome>)]) {
+    if results.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "lossy path, {} x 1000 B reliable, {:.0}% loss each way, {} ms one-way: medians (min-max) of {} runs",
+        o.lossy,
+        o.path.loss * 100.0,
+        o.path.delay.as_millis(),
+        o.runs
+    );
+    println!(
+        "  {:<17} {:>28} {:>26} {:>22} {:>22} {:>26}",
+        "scenario", "time to deliver all, ms", "goodput MB/s", "frames resent %", "smoothed rtt ms", "pacing rate MB/s"
+    );
+    for (scenario, runs) in results {
+        let per = |f: fn(&Outcome) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+        let time = per(|r| r.wall.as_secs_f64() * 1e3);
+        let goodput = per(|r| r.rate() / 1e6);
+        let resent = per(|r| {
+            r.peer.map_or(f64::NAN, |p| 100.0 * p.transfer.frames_resent as f64 / p.transfer.frames_sent.max(1) as f64)
+        });
+        let rtt = per(|r| r.peer.map_or(f64::NAN, |p| p.rtt.as_secs_f64() * 1e3));
+        let pacing = per(|r| r.peer.map_or(f64::NAN, |p| p.congestion.pacing_rate as f64 / 1e6));
+        println!(
+            "  {:<17} {:>28} {:>26} {:>22} {:>22} {:>26}",
+            scenario.name(),
+            spread(&time, 0),
+            spread(&goodput, 2),
+            spread(&resent, 1),
+            spread(&rtt, 1),
+            spread(&pacing, 2)
+        );
+    }
+}
+
+/// The game stream through the lossy relay, repair on and off once per round.
+fn realtime_runs(o: &Options) -> std::io::Result<Vec<(Scenario, Vec<Stream>)>> {
+    let mut results = selected(o, &Scenario::REALTIME);
+    if results.is_empty() {
+        return Ok(results);
+    }
+    println!();
+    println!(
+        "== game stream: {:.1} s at {TICK_RATE} Hz, {STATE_SIZE} B unreliable every tick + {EVENT_SIZE} B reliable \
+         every other tick, one way, through a relay, {:.0}% loss each way, {} ms one-way (+ up to {} ms jitter)",
+        o.realtime.as_secs_f64(),
+        o.path.loss * 100.0,
+        o.path.delay.as_millis(),
+        o.path.jitter.as_millis()
+    );
+    for run in 0..o.runs {
+        let path = path_of_run(o, run);
+        for i in round_order(run, results.len()) {
+            let scenario = results[i].0;
+            let stream = match scenario {
+                Scenario::Realtime { repair } => realtime_run(repair, o.realtime, path)?,
+                _ => realtime_raw_run(o.realtime, path)?,
+            };
+            print_stream(scenario, run, path.seed, &stream);
+            results[i].1.push(stream);
+        }
+    }
+    Ok(results)
+}
+
+fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
+    if results.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "game stream, {:.1} s, {:.0}% loss each way, {} ms one-way: medians (min-max) of {} runs; wire bytes are both \
+         ways, per message sent",
+        o.realtime.as_secs_f64(),
+        o.path.loss * 100.0,
+        o.path.delay.as_millis(),
+        o.runs
+    );
+    println!(
+        "  {:<17} {:>20} {:>20} {:>20} {:>20} {:>20} {:>22} {:>20} {:>20} {:>16} {:>16}",
+        "scenario",
+        "reliable p50 ms",
+        "reliable p99 ms",
+        "unreliable p50 ms",
+        "unreliable p99 ms",
+        "unreliable in %",
+        "wire B/msg (UDP)",
+        "+IP/UDP headers",
+        "copies/reliable",
+        "expired",
+        "dropped"
+    );
+    let raw = results.iter().find(|(s, _)| *s == Scenario::RealtimeRaw).map(|(_, runs)| runs);
+    for (scenario, runs) in results {
+        let per = |f: &dyn Fn(&Stream) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+        let copies =
+            per(&|s| s.sender.map_or(f64::NAN, |p| p.transfer.repair_copies as f64 / s.reliable_sent.max(1) as f64));
+        println!(
+            "  {:<17} {:>20} {:>20} {:>20} {:>20} {:>20} {:>22} {:>20} {:>20} {:>16} {:>16}",
+            scenario.name(),
+            spread(&per(&|s| percentile(&s.reliable, 0.5)), 1),
+            spread(&per(&|s| percentile(&s.reliable, 0.99)), 1),
+            spread(&per(&|s| percentile(&s.unreliable, 0.5)), 1),
+            spread(&per(&|s| percentile(&s.unreliable, 0.99)), 1),
+            spread(&per(&Stream::unreliable_delivered), 1),
+            spread(&per(&Stream::wire_per_message), 1),
+            spread(&per(&Stream::wire_per_message_with_headers), 1),
+            if *scenario == Scenario::RealtimeRaw { String::from("-") } else { spread(&copies, 2) },
+            if *scenario == Scenario::RealtimeRaw { String::from("-") } else { spread(&per(&|s| s.unsent().0), 0) },
+            if *scenario == Scenario::RealtimeRaw { String::from("-") } else { spread(&per(&|s| s.unsent().1), 0) },
+        );
+    }
+    // What the protocol adds to the tail: each POROUS run against the raw run of its round,
+    // which went through the same relay at the same moment of the machine.
+    let Some(raw) = raw else { return };
+    println!("  p99 above `realtime-raw`'s of the same round, ms (median, min-max):");
+    for (scenario, runs) in results.iter().filter(|(s, _)| *s != Scenario::RealtimeRaw) {
+        let above = |q: fn(&Stream) -> &Vec<f64>| -> Vec<f64> {
+            runs.iter().zip(raw).map(|(p, r)| percentile(q(p), 0.99) - percentile(q(r), 0.99)).collect()
+        };
+        println!(
+            "  {:<17} reliable {:>22}   unreliable {:>22}",
+            scenario.name(),
+            spread(&above(|s| &s.reliable), 1),
+            spread(&above(|s| &s.unreliable), 1)
+        );
+    }
 }
 
 fn cpu_model() -> String {

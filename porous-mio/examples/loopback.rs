@@ -1,9 +1,17 @@
 //! POROUS end to end on this machine: a server and a client on 127.0.0.1, talking through
 //! a small relay that loses, delays and jitters datagrams, both streaming reliable,
 //! unreliable and passive packets on four channels. A live line shows progress; at the end
-//! a table per channel and direction gives what was sent, delivered, skipped (unreliable
-//! and passive packets may be), missing (reliable packets must not be), out of order or
-//! duplicated, corrupted, and the latency; then the connection's figures and a verdict.
+//! a table per channel and direction gives what was sent, delivered, expired and dropped
+//! unsent (unreliable packets past their deadline, or replaced by a newer one), skipped
+//! (sent and lost on the way, or overtaken: unreliable and passive packets may be),
+//! missing (reliable packets must not be), out of order or duplicated, corrupted, and the
+//! latency; then the connection's figures and a verdict.
+//!
+//! The channels are configured as a game would configure them: channels 0-2 carry small,
+//! time-critical packets at high priority, and a channel of unreliable packets keeps only
+//! its newest unsent one (`latest_only`: a state snapshot replaces the one before it);
+//! channel 3 carries the large bulk packets at low priority, so they fill what the small
+//! traffic leaves and never delay it.
 //!
 //! ```text
 //! cargo run --release -p porous-mio --example loopback -- [--loss 0.02] [--delay 15]
@@ -27,7 +35,9 @@ use std::time::{Duration, Instant};
 
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
-use porous_mio::{Bytes, DisconnectReason, Event, Host, HostConfig, PeerId, SendError, SendMode};
+use porous_mio::{
+    Bytes, ChannelConfig, DisconnectReason, Event, Host, HostConfig, PeerId, PeerStats, Priority, SendError, SendMode,
+};
 
 const SERVER: Token = Token(0);
 const CLIENT: Token = Token(1);
@@ -250,8 +260,9 @@ impl Stream {
         if self.mode == SendMode::Reliable { self.undelivered() } else { 0 }
     }
 
-    /// Unreliable and passive packets never delivered: skipped or expired, as allowed.
-    fn skipped(&self) -> u64 {
+    /// Unreliable and passive packets never delivered (sent and lost, overtaken, or never
+    /// sent), as allowed.
+    fn undelivered_allowed(&self) -> u64 {
         if self.mode == SendMode::Reliable { 0 } else { self.undelivered() }
     }
 
@@ -313,11 +324,36 @@ impl Relay {
     }
 }
 
+/// Unreliable packets a sending side dropped without ever sending them, from its
+/// connection's counters. POROUS counts them per connection, not per channel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Unsent {
+    /// Still queued when their channel's deadline passed
+    /// (`TransferStats::unreliable_expired`; a packet larger than a datagram counts once
+    /// per fragment).
+    expired: u64,
+    /// Dropped for a full send queue (`PeerStats::unreliable_dropped`), or replaced by a
+    /// newer packet on a `latest_only` channel (`PeerStats::unreliable_replaced`).
+    dropped: u64,
+}
+
+impl Unsent {
+    fn of(stats: &PeerStats) -> Self {
+        Self {
+            expired: stats.transfer.unreliable_expired,
+            dropped: stats.unreliable_dropped + stats.unreliable_replaced,
+        }
+    }
+}
+
 /// What a run saw.
 #[derive(Debug)]
 struct Report {
     /// `streams[direction][channel]`: 0 = client to server, 1 = server to client.
     streams: [[Stream; 4]; 2],
+    /// What each direction's sender dropped unsent: the client's counters for direction 0,
+    /// the server's for direction 1.
+    unsent: [Unsent; 2],
     /// Whether the connection was established.
     connected: bool,
     /// How each side's connection ended, if it did.
@@ -358,6 +394,19 @@ fn mode_name(mode: SendMode) -> &'static str {
         SendMode::Reliable => "reliable",
         SendMode::Unreliable => "unreliable",
         _ => "passive",
+    }
+}
+
+impl Report {
+    /// The channels of direction `dir` that carry unreliable packets.
+    fn unreliable_channels(&self, dir: usize) -> Vec<usize> {
+        (0..4).filter(|&ch| self.streams[dir][ch].mode == SendMode::Unreliable).collect()
+    }
+
+    /// The unsent packets of one stream: known when it is its direction's only unreliable
+    /// stream (the counters are per connection).
+    fn unsent(&self, dir: usize, ch: usize) -> Option<Unsent> {
+        (self.unreliable_channels(dir) == [ch]).then_some(self.unsent[dir])
     }
 }
 
@@ -414,7 +463,8 @@ fn classify(r: &Report) -> Verdict {
     Verdict::Held
 }
 
-/// The summary table, its columns aligned to their widest cell.
+/// The summary table, its columns aligned to their widest cell, then a line for each
+/// direction whose unsent packets cannot be told apart by channel.
 fn table(r: &Report) -> String {
     let header = [
         "stream",
@@ -422,6 +472,8 @@ fn table(r: &Report) -> String {
         "sent",
         "refused",
         "delivered",
+        "expired",
+        "dropped",
         "skipped",
         "missing",
         "order/dup",
@@ -429,18 +481,33 @@ fn table(r: &Report) -> String {
         "p50(ms)",
         "p99(ms)",
     ];
-    let mut rows: Vec<[String; 11]> = vec![header.map(String::from)];
+    let dash = || String::from("-");
+    let mut rows: Vec<[String; 13]> = vec![header.map(String::from)];
     for (dir, streams) in r.streams.iter().enumerate() {
         for (ch, s) in streams.iter().enumerate() {
-            let ms = |q: f64| s.percentile(q).map_or_else(|| String::from("-"), |v| format!("{v:.1}"));
+            let ms = |q: f64| s.percentile(q).map_or_else(dash, |v| format!("{v:.1}"));
+            // Unreliable packets never delivered were either never sent (expired, dropped)
+            // or sent and lost; passive ones were sent and lost or overtaken.
+            let (expired, dropped, skipped) = match (s.mode, r.unsent(dir, ch)) {
+                (SendMode::Reliable, _) => (dash(), dash(), dash()),
+                (SendMode::Unreliable, Some(u)) => (
+                    u.expired.to_string(),
+                    u.dropped.to_string(),
+                    s.undelivered().saturating_sub(u.expired + u.dropped).to_string(),
+                ),
+                (SendMode::Unreliable, None) => ("*".into(), "*".into(), s.undelivered_allowed().to_string()),
+                _ => (dash(), dash(), s.undelivered_allowed().to_string()),
+            };
             rows.push([
                 format!("{} ch{ch}", direction(dir)),
                 mode_name(s.mode).to_string(),
                 s.sent.to_string(),
                 s.refused.to_string(),
                 s.delivered.to_string(),
-                if s.mode == SendMode::Reliable { String::from("-") } else { s.skipped().to_string() },
-                if s.mode == SendMode::Reliable { s.missing().to_string() } else { String::from("-") },
+                expired,
+                dropped,
+                skipped,
+                if s.mode == SendMode::Reliable { s.missing().to_string() } else { dash() },
                 s.out_of_order.to_string(),
                 s.corrupted.to_string(),
                 ms(0.5),
@@ -461,7 +528,40 @@ fn table(r: &Report) -> String {
         out.truncate(out.trim_end().len());
         out.push('\n');
     }
+    for dir in 0..2 {
+        let channels = r.unreliable_channels(dir);
+        if channels.len() > 1 {
+            let list: Vec<String> = channels.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                out,
+                "* {}: {} unreliable packets expired and {} dropped unsent across channels {} (counted per \
+                 connection), included in their skipped figures",
+                direction(dir),
+                r.unsent[dir].expired,
+                r.unsent[dir].dropped,
+                list.join(", ")
+            );
+        }
+    }
     out
+}
+
+/// The channels as a game would set them up for this traffic. Channel 3's large packets
+/// are bulk data (a level chunk, a replay): low priority, so they take only what the small
+/// packets of channels 0-2 leave and never hold one of them back by a fragment. A channel
+/// of unreliable packets carries state snapshots, of which only the newest matters: a
+/// snapshot still queued when the next one comes is replaced (`latest_only`). Everything
+/// else keeps its default: a 100 ms deadline for unreliable packets (six ticks at 60 Hz),
+/// repair copies of small reliable packets, equal weights.
+fn configure_channels(config: &mut HostConfig, o: &Options) {
+    for (ch, mode) in o.mix.iter().enumerate() {
+        if let Some(c) = config.peer.channels.get_mut(ch) {
+            c.latest_only = *mode == SendMode::Unreliable;
+        }
+    }
+    if let Some(bulk) = config.peer.channels.get_mut(3) {
+        *bulk = ChannelConfig::with_priority(Priority::Low);
+    }
 }
 
 fn run(o: &Options, live: bool) -> std::io::Result<Report> {
@@ -471,6 +571,7 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
     let mut config = HostConfig::default();
     config.peer.max_packet_size = o.bulk.max(o.max_size) + 1024;
     config.peer.connect_timeout = o.connect_timeout;
+    configure_channels(&mut config, o);
     let mut server = Host::bind_with(any, config.clone(), poll.registry(), SERVER)?;
     let mut client = Host::bind_with(any, config, poll.registry(), CLIENT)?;
     let mut relay_socket = UdpSocket::bind(any)?;
@@ -501,6 +602,7 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
     let modes = [o.mix[0], o.mix[1], o.mix[2], SendMode::Reliable];
     let mut report = Report {
         streams: [modes.map(Stream::new), modes.map(Stream::new)],
+        unsent: [Unsent::default(); 2],
         connected: false,
         ended: BTreeMap::new(),
         gave_up: false,
@@ -514,6 +616,7 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
     let mut next_print = start;
     let mut traffic_end: Option<Instant> = None;
     let mut disconnecting = false;
+    let mut last_seen: [Option<PeerStats>; 2] = [None, None];
     loop {
         let now = Instant::now();
         if traffic_end.is_some_and(|end| now >= end + FINISH_WITHIN) {
@@ -598,9 +701,17 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
                 }
             }
         }
+        // Each side's connection as last seen: a peer's counters go with it once the
+        // disconnection is over.
+        let current = [client.peer_stats(client_peer), server_peer.and_then(|p| server.peer_stats(p))];
+        for (seen, now_seen) in last_seen.iter_mut().zip(current) {
+            if now_seen.is_some() {
+                *seen = now_seen;
+            }
+        }
         if live && now >= next_print {
             next_print = now + Duration::from_millis(if terminal { 250 } else { 2000 });
-            let s = client.peer_stats(client_peer);
+            let s = last_seen[0];
             let sent: u64 = report.streams.iter().flatten().map(|s| s.sent).sum();
             let got: u64 = report.streams.iter().flatten().map(|s| s.delivered).sum();
             print!(
@@ -619,14 +730,20 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
     let elapsed = start.elapsed().as_secs_f64();
     let wire = client.core().stats().bytes_sent + server.core().stats().bytes_sent;
     let delivered: u64 = report.streams.iter().flatten().map(|s| s.delivered).sum();
-    if let Some(s) = client.peer_stats(client_peer).or_else(|| server_peer.and_then(|p| server.peer_stats(p))) {
+    for (side, stats) in ["client", "server"].into_iter().zip(last_seen) {
+        let Some(s) = stats else { continue };
+        report.unsent[usize::from(side == "server")] = Unsent::of(&s);
         report.notes.push(format!(
-            "client connection: rtt {:.1} ms, cwnd {} B, frames sent {}, resent {}, lost {}",
+            "{side} connection: rtt {:.1} ms, cwnd {} B, pacing {:.0} kB/s, frames sent {}, resent {}, lost {}, \
+             repair copies {}, probes {}",
             s.rtt.as_secs_f64() * 1000.0,
             s.cwnd,
+            s.congestion.pacing_rate as f64 / 1000.0,
             s.transfer.frames_sent,
             s.transfer.frames_resent,
-            s.transfer.frames_lost
+            s.transfer.frames_lost,
+            s.transfer.repair_copies,
+            s.transfer.probes,
         ));
     }
     report.notes.push(format!(
@@ -729,6 +846,7 @@ mod tests {
     fn report(modes: [SendMode; 4]) -> Report {
         Report {
             streams: [modes.map(Stream::new), modes.map(Stream::new)],
+            unsent: [Unsent::default(); 2],
             connected: true,
             ended: BTreeMap::from([
                 ("client", DisconnectReason::Local),
@@ -760,7 +878,7 @@ mod tests {
         stream(&mut r.streams[0][1], 3, &[0, 2]);
         stream(&mut r.streams[0][2], 3, &[1]);
         assert_eq!(classify(&r), Verdict::Held);
-        assert_eq!((r.streams[0][1].skipped(), r.streams[0][1].missing()), (1, 0));
+        assert_eq!((r.streams[0][1].undelivered_allowed(), r.streams[0][1].missing()), (1, 0));
         assert_eq!(Verdict::Held.exit_code(), 0);
     }
 
@@ -820,7 +938,7 @@ mod tests {
         stream(&mut r.streams[0][0], 12_345, &[0, 1]);
         let text = table(&r);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 9);
+        assert_eq!(lines.len(), 9, "a header and 8 streams, no footnote: {text}");
         // Every column ends at the same offset on every line.
         let ends = |line: &str| -> Vec<usize> {
             let mut ends = Vec::new();
@@ -832,10 +950,49 @@ mod tests {
             }
             ends
         };
-        let numbers = |line: &str| ends(line).into_iter().rev().take(9).collect::<Vec<_>>();
+        let numbers = |line: &str| ends(line).into_iter().rev().take(11).collect::<Vec<_>>();
         for line in &lines[1..] {
             assert_eq!(numbers(line), numbers(lines[0]), "{text}");
         }
+    }
+
+    /// The cells of `stream`'s row (direction and channel as the table names them).
+    fn row(text: &str, stream: &str) -> Vec<String> {
+        let line = text.lines().find(|l| l.starts_with(stream)).unwrap_or_else(|| panic!("{stream}: {text}"));
+        line.split_whitespace().skip(3).map(String::from).collect()
+    }
+
+    #[test]
+    fn unreliable_packets_never_sent_are_told_apart_from_those_lost_on_the_way() {
+        let mut r = report(MODES);
+        // 10 sent on client->server ch1, 4 delivered: 3 expired and 2 replaced unsent, so
+        // 1 was lost on the way.
+        stream(&mut r.streams[0][1], 10, &[0, 2, 5, 9]);
+        r.unsent[0] = Unsent { expired: 3, dropped: 2 };
+        stream(&mut r.streams[0][2], 4, &[3]);
+        let text = table(&r);
+        // sent, refused, delivered, expired, dropped, skipped, missing, ...
+        assert_eq!(row(&text, "client->server ch1")[..7], ["10", "0", "4", "3", "2", "1", "-"], "{text}");
+        // Passive packets are not dropped unsent: all three are skipped.
+        assert_eq!(row(&text, "client->server ch2")[3..6], ["-", "-", "3"], "{text}");
+        assert_eq!(row(&text, "client->server ch0")[3..7], ["-", "-", "-", "0"], "{text}");
+        assert_eq!(classify(&r), Verdict::Held);
+    }
+
+    #[test]
+    fn unsent_counts_shared_by_several_unreliable_channels_are_a_footnote_not_a_guess() {
+        let modes = [SendMode::Unreliable, SendMode::Unreliable, SendMode::Passive, SendMode::Reliable];
+        let mut r = report(modes);
+        stream(&mut r.streams[1][0], 5, &[0, 4]);
+        r.unsent[1] = Unsent { expired: 2, dropped: 1 };
+        let text = table(&r);
+        assert_eq!(row(&text, "server->client ch0")[3..6], ["*", "*", "3"], "{text}");
+        assert!(
+            text.contains("* server->client: 2 unreliable packets expired and 1 dropped unsent across channels 0, 1"),
+            "{text}"
+        );
+        // The "*" cells of the other direction are explained too, with its own counts.
+        assert!(text.contains("* client->server: 0 unreliable packets expired and 0 dropped"), "{text}");
     }
 
     /// A short real run: the whole demo, end to end.
