@@ -385,9 +385,8 @@ impl Peer {
 
     /// [`Peer::disconnect`] with an application code (ENet's disconnect data: kicked, match
     /// over, quit). The remote's [`Peer::recv`] ends with
-    /// `Disconnected(DisconnectReason::Remote { code })` (and its
-    /// [`Peer::disconnect`], if it was disconnecting too, may return it). The code is
-    /// repeated until the remote acknowledges the disconnection.
+    /// `Disconnected(DisconnectReason::Remote { code })`. The code is repeated until the
+    /// remote acknowledges the disconnection.
     pub async fn disconnect_with(&self, code: u32) -> DisconnectReason {
         disconnect(&mut lock(&self.inner.link.core), self.inner.id, code);
         self.inner.link.wake();
