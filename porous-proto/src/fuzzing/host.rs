@@ -634,7 +634,8 @@ impl World {
         let Some(peer) = self.host(from).peer_by_addr(from.other().addr()) else { return };
         // An unordered channel takes reliable packets only; ask for others now and then,
         // for the error.
-        let mode = if self.unordered && channel == UNORDERED && len % 8 != 0 { SendMode::Reliable } else { mode };
+        let mode =
+            if self.unordered && channel == UNORDERED && !len.is_multiple_of(8) { SendMode::Reliable } else { mode };
         let (number, known) = &mut self.connection[from.index()];
         if *known != Some(peer) {
             *number += 1;
@@ -732,9 +733,8 @@ impl World {
                 return 0;
             }
             Event::Disconnected { reason, .. } => {
-                let code = match reason {
-                    DisconnectReason::Remote { code } | DisconnectReason::Rejected { code } => code,
-                    _ => return 0,
+                let (DisconnectReason::Remote { code } | DisconnectReason::Rejected { code }) = reason else {
+                    return 0;
                 };
                 let given = &self.codes[side.other().index()];
                 assert!(
