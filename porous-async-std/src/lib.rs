@@ -57,10 +57,10 @@ pub use porous_async::Faults;
 use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
 use porous_async::runtime::{AsyncTimer, AsyncUdpSocket, Runtime};
 pub use porous_async::{
-    ACCEPT_BACKLOG, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE, DeliveryStats,
-    DisconnectReason, Disconnected, Error, Event, HostConfig, HostStats, MemoryUsage, Mismatch, Packet, Peer,
-    PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SendError, SendMode, SequenceStart, SocketStats,
-    TransferStats, Transmit, proto,
+    ACCEPT_BACKLOG, AdmissionError, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE,
+    DeliveryStats, DisconnectReason, Disconnected, Error, Event, HostConfig, HostStats, Incoming, MemoryUsage,
+    Mismatch, Packet, Peer, PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SendError, SendMode,
+    SequenceStart, SocketStats, TransferStats, Transmit, proto,
 };
 
 /// The async-std runtime for [`porous_async`]: drivers spawned with
@@ -114,6 +114,22 @@ impl Host {
     /// The next established incoming connection; see [`porous_async::Host::accept`].
     pub async fn accept(&self) -> Result<Peer, Error> {
         self.0.accept().await
+    }
+
+    /// Connects to `remote` with connect data, which the remote reads with
+    /// [`Peer::connect_data`] or [`Incoming::data`]; see
+    /// [`porous_async::Host::connect_with`]. A rejection fails with [`Error::Failed`] and
+    /// [`DisconnectReason::Rejected`], carrying the remote application's code.
+    pub async fn connect_with(&self, remote: SocketAddr, data: impl Into<Bytes>) -> Result<Peer, Error> {
+        self.0.connect_with(remote, data).await
+    }
+
+    /// The next connection request awaiting the application's decision, with
+    /// [`HostConfig::manual_accept`]: read [`Incoming::data`], then [`Incoming::accept`]
+    /// or [`Incoming::reject`]. See [`porous_async::Host::incoming`] for the queue's
+    /// bound and timeouts.
+    pub async fn incoming(&self) -> Result<Incoming, Error> {
+        self.0.incoming().await
     }
 
     /// The core's counters of this host.

@@ -16,10 +16,11 @@ use futures_core::Stream;
 use porous_proto::Event;
 use porous_udp::{RecvBackoff, UdpIo};
 
-use crate::handle::{Command, HostShared, PeerParts, PeerShared, disconnect_now, lock};
+use crate::handle::{Command, HostShared, PeerParts, PeerShared, disconnect_now, lock, reject};
 use crate::mailbox::Mailbox;
+use crate::requests::{RequestParts, Requests};
 use crate::runtime::{AsyncTimer, AsyncUdpSocket, Interest};
-use crate::{Error, Packet, PeerId, SendMode};
+use crate::{AdmissionError, DisconnectReason, Error, Packet, PeerId, SendMode};
 
 /// Rounds of receive, step and send per poll of the driver before it yields to the
 /// runtime's other tasks (and is woken again at once).
@@ -100,7 +101,10 @@ struct Routes {
     /// The driver's own end of the accept queue, to empty it when no `Host` handle is left
     /// (boxed: a receiver is not `Unpin`, and the driver must be).
     backlog: Pin<Box<Receiver<PeerParts>>>,
-    /// Outgoing connections under way, with the `connect` call waiting for each.
+    /// Requests awaiting the application's decision, for `Host::incoming`.
+    requests: Arc<Requests>,
+    /// Outgoing connections, and admitted requests, under way, with the `connect` or
+    /// `Incoming::accept` call waiting for each.
     connecting: HashMap<PeerId, Sender<Result<PeerParts, Error>>, IdHash>,
     inboxes: HashMap<PeerId, Inbox, IdHash>,
     /// Connections whose inbox holds packets: after `flush_held`, those whose mailbox is
@@ -135,11 +139,13 @@ impl Driver {
         commands: Receiver<Command>,
         accept: Sender<PeerParts>,
         backlog: Receiver<PeerParts>,
+        requests: Arc<Requests>,
         shared: Arc<HostShared>,
     ) -> Self {
         let routes = Routes {
             accept,
             backlog: Box::pin(backlog),
+            requests,
             connecting: HashMap::default(),
             inboxes: HashMap::default(),
             held: Vec::new(),
@@ -177,7 +183,7 @@ impl Driver {
                     *closing = Some(now + CLOSING_GRACE);
                     let peers: Vec<PeerId> = core.peers().collect();
                     for peer in peers {
-                        disconnect_now(&mut core, peer);
+                        disconnect_now(&mut core, peer, 0);
                     }
                 }
                 Poll::Pending => break,
@@ -302,12 +308,22 @@ impl Routes {
     fn command(&mut self, core: &mut porous_proto::Host, io: &mut UdpIo, now: Instant, command: Command) {
         match command {
             Command::Wake => {}
-            Command::Connect(remote, reply) => match core.connect(now, remote) {
+            Command::Connect(remote, data, reply) => match core.connect_with(now, remote, &data) {
                 Ok(peer) => {
                     self.connecting.insert(peer, reply);
                 }
                 Err(e) => {
                     let _ = reply.try_send(Err(Error::Connect(e)));
+                }
+            },
+            Command::Accept(peer, reply) => match core.accept(now, peer) {
+                // Decided already (through the core itself): the handshake is under way.
+                Ok(()) | Err(AdmissionError::NotAwaiting) => {
+                    self.connecting.insert(peer, reply);
+                }
+                // Gone: the request timed out before the decision reached the driver.
+                Err(_) => {
+                    let _ = reply.try_send(Err(Error::Failed(DisconnectReason::Timeout)));
                 }
             },
             Command::Batching(batching) => io.set_batching(batching),
@@ -318,8 +334,19 @@ impl Routes {
 
     fn dispatch(&mut self, core: &mut porous_proto::Host, event: Event) {
         match event {
-            Event::Connected { peer, remote, .. } => {
-                let (inbox, parts) = Inbox::new(peer, remote);
+            Event::ConnectRequest { peer, remote, data } => {
+                // Every queued request is a pending handshake of the core, and one that
+                // times out leaves the queue, so `max_pending` bounds it; the check only
+                // makes that explicit. No `Host` handle left: no one will decide.
+                let room = self.requests.len() < core.config().max_pending;
+                if room && self.accept.receiver_count() > 1 {
+                    self.requests.push(RequestParts { id: peer, remote, data });
+                } else {
+                    reject(core, peer, 0);
+                }
+            }
+            Event::Connected { peer, remote, data } => {
+                let (inbox, parts) = Inbox::new(peer, remote, data);
                 let handed_over = match self.connecting.remove(&peer) {
                     // Fails if the `connect` future was dropped.
                     Some(reply) => reply.try_send(Ok(parts)).is_ok(),
@@ -329,7 +356,7 @@ impl Routes {
                 if handed_over {
                     self.inboxes.insert(peer, inbox);
                 } else {
-                    disconnect_now(core, peer);
+                    disconnect_now(core, peer, 0);
                 }
             }
             Event::Received { peer, channel, mode, data } => {
@@ -344,6 +371,8 @@ impl Routes {
                 }
             }
             Event::Disconnected { peer, reason } => {
+                // A request that timed out undecided leaves the queue.
+                self.requests.remove(peer);
                 if let Some(reply) = self.connecting.remove(&peer) {
                     let _ = reply.try_send(Err(Error::Failed(reason)));
                 }
@@ -410,23 +439,27 @@ impl Routes {
         true
     }
 
-    /// Ends connections still waiting in the accept queue once no `Host` handle is left.
+    /// Ends connections still waiting in the accept queue, and rejects requests still
+    /// waiting for a decision, once no `Host` handle is left.
     fn refuse_unaccepted(&mut self, core: &mut porous_proto::Host) {
         if self.accept.receiver_count() == 1 {
             while let Ok(parts) = self.backlog.try_recv() {
-                disconnect_now(core, parts.id);
+                disconnect_now(core, parts.id, 0);
+            }
+            for request in self.requests.drain() {
+                reject(core, request.id, 0);
             }
         }
     }
 }
 
 impl Inbox {
-    fn new(id: PeerId, remote: SocketAddr) -> (Self, PeerParts) {
+    fn new(id: PeerId, remote: SocketAddr, data: bytes::Bytes) -> (Self, PeerParts) {
         let mailbox = Arc::new(Mailbox::default());
         let (ended, ended_rx) = async_channel::bounded(1);
         let shared = Arc::new(PeerShared::default());
         let parts =
-            PeerParts { id, remote, mailbox: Arc::clone(&mailbox), ended: ended_rx, shared: Arc::clone(&shared) };
+            PeerParts { id, remote, data, mailbox: Arc::clone(&mailbox), ended: ended_rx, shared: Arc::clone(&shared) };
         (Self { mailbox, ended: Some(ended), held: VecDeque::new(), listed: false, unreliable: false, shared }, parts)
     }
 }
@@ -438,5 +471,6 @@ impl Drop for Routes {
         for inbox in self.inboxes.values() {
             inbox.mailbox.close();
         }
+        self.requests.close();
     }
 }

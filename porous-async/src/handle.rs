@@ -1,4 +1,4 @@
-//! The handles: [`Host`] and [`Peer`], and what they share with the driver.
+//! The handles: [`Host`], [`Peer`] and [`Incoming`], and what they share with the driver.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -15,10 +15,11 @@ use porous_udp::{Batching, SocketStats, UdpIo};
 
 use crate::driver::Driver;
 use crate::mailbox::{Mailbox, Take};
+use crate::requests::{RequestParts, Requests};
 use crate::runtime::Runtime;
 use crate::{
-    ACCEPT_BACKLOG, DeliveryStats, DisconnectReason, Disconnected, Error, HostConfig, HostStats, Packet, PeerId,
-    PeerStats, SendError, SendMode,
+    ACCEPT_BACKLOG, AdmissionError, DeliveryStats, DisconnectReason, Disconnected, Error, HostConfig, HostStats,
+    Packet, PeerId, PeerStats, SendError, SendMode,
 };
 
 /// Commands that wait for the driver; a capacity-1 wake-up would do, a few more let
@@ -29,8 +30,12 @@ const COMMANDS: usize = 64;
 pub(crate) enum Command {
     /// Something changed in the core (a send, a disconnect, a packet read): step it.
     Wake,
-    /// Connect to an address; the reply comes once the connection is up or has failed.
-    Connect(SocketAddr, Sender<Result<PeerParts, Error>>),
+    /// Connect to an address with connect data; the reply comes once the connection is up
+    /// or has failed.
+    Connect(SocketAddr, Bytes, Sender<Result<PeerParts, Error>>),
+    /// Admit a request awaiting the decision; the reply comes once the connection is up or
+    /// has failed.
+    Accept(PeerId, Sender<Result<PeerParts, Error>>),
     /// Use this batching from now on.
     Batching(Batching),
     /// Inject these faults from now on.
@@ -45,13 +50,20 @@ pub(crate) fn lock(core: &Mutex<porous_proto::Host>) -> MutexGuard<'_, porous_pr
 }
 
 /// Every graceful disconnection this crate asks of the core goes through here.
-pub(crate) fn disconnect(core: &mut porous_proto::Host, peer: PeerId) {
-    core.disconnect(Instant::now(), peer);
+pub(crate) fn disconnect(core: &mut porous_proto::Host, peer: PeerId, code: u32) {
+    core.disconnect_with(Instant::now(), peer, code);
 }
 
-/// Every immediate disconnection this crate asks of the core goes through here.
-pub(crate) fn disconnect_now(core: &mut porous_proto::Host, peer: PeerId) {
-    core.disconnect_now(Instant::now(), peer);
+/// Every immediate disconnection this crate asks of the core goes through here. On a
+/// request awaiting the application's decision it rejects it with `code`.
+pub(crate) fn disconnect_now(core: &mut porous_proto::Host, peer: PeerId, code: u32) {
+    core.disconnect_now_with(Instant::now(), peer, code);
+}
+
+/// Every rejection of a request this crate asks of the core goes through here. A request
+/// that is gone already (timed out) needs no answer.
+pub(crate) fn reject(core: &mut porous_proto::Host, peer: PeerId, code: u32) {
+    let _: Result<(), AdmissionError> = core.reject(Instant::now(), peer, code);
 }
 
 /// What every handle holds: the core, and the way to the driver. The driver stops once
@@ -100,6 +112,8 @@ pub(crate) struct PeerShared {
 pub(crate) struct PeerParts {
     pub(crate) id: PeerId,
     pub(crate) remote: SocketAddr,
+    /// The connect data the remote sent.
+    pub(crate) data: Bytes,
     /// The delivery queue; it closes after the last packet once the connection ended.
     pub(crate) mailbox: Arc<Mailbox>,
     /// Closes when the core reports the connection ended.
@@ -115,6 +129,8 @@ pub(crate) struct PeerParts {
 pub struct Host {
     link: Link,
     accept: Receiver<PeerParts>,
+    requests: Arc<Requests>,
+    manual_accept: bool,
     local_addr: SocketAddr,
     shared: Arc<HostShared>,
 }
@@ -133,6 +149,7 @@ impl Host {
     /// The runtime crates wrap this as `Host::bind(addr, config)`.
     pub fn bind_with(runtime: &dyn Runtime, addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
         let rng = rand_core::UnwrapErr(getrandom::SysRng);
+        let manual_accept = config.manual_accept;
         let core = porous_proto::Host::new(config, rng).map_err(Error::Config)?;
         let socket = porous_udp::bind(addr).map_err(Error::Io)?;
         let io = UdpIo::new(&socket, Batching::default()).map_err(Error::Io)?;
@@ -141,6 +158,7 @@ impl Host {
         let (commands, command_rx) = async_channel::bounded(COMMANDS);
         let (accept_tx, accept) = async_channel::bounded(ACCEPT_BACKLOG);
         let shared = Arc::new(HostShared::default());
+        let requests = Arc::new(Requests::default());
         let link = Link { core: Arc::new(Mutex::new(core)), commands, shared: Arc::clone(&shared) };
         let timer = runtime.new_timer(Instant::now());
         let driver = Driver::new(
@@ -151,11 +169,12 @@ impl Host {
             command_rx,
             accept_tx,
             accept.clone(),
+            Arc::clone(&requests),
             Arc::clone(&shared),
         );
         // Detached: the driver ends by itself once every handle is gone.
         runtime.spawn(Box::pin(driver));
-        Ok(Self { link, accept, local_addr, shared })
+        Ok(Self { link, accept, requests, manual_accept, local_addr, shared })
     }
 
     /// The address the socket is bound to (with the port the OS picked for port 0).
@@ -171,18 +190,77 @@ impl Host {
     ///
     /// `remote` is an address, not a name: resolve names with your runtime's resolver
     /// (such as `tokio::net::lookup_host`), so that the lookup does not block it.
+    ///
+    /// Sends no connect data; [`Host::connect_with`] does.
     pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
+        self.connect_with(remote, Bytes::new()).await
+    }
+
+    /// [`Host::connect`] with connect data (a version, a login ticket): up to
+    /// [`MAX_CONNECT_DATA`](porous_proto::wire::MAX_CONNECT_DATA) bytes, fewer at a small
+    /// `mtu` ([`PeerConfig::max_connect_data`](crate::PeerConfig::max_connect_data)), else
+    /// [`Error::Connect`] with [`ConnectError::DataTooLarge`](crate::ConnectError::DataTooLarge).
+    /// The remote reads it with [`Peer::connect_data`] or, if it decides on requests
+    /// itself, [`Incoming::data`]. It only makes the request larger, never the replies;
+    /// it is neither encrypted nor, until the connection is established, authenticated.
+    ///
+    /// If the remote's application rejects the request ([`Incoming::reject`]), this fails
+    /// with [`Error::Failed`] and [`DisconnectReason::Rejected`], carrying its code.
+    pub async fn connect_with(&self, remote: SocketAddr, data: impl Into<Bytes>) -> Result<Peer, Error> {
         let (reply, result) = async_channel::bounded(1);
-        self.link.commands.send(Command::Connect(remote, reply)).await.map_err(|_| Error::Stopped)?;
+        let command = Command::Connect(remote, data.into(), reply);
+        self.link.commands.send(command).await.map_err(|_| Error::Stopped)?;
         let parts = result.recv().await.map_err(|_| Error::Stopped)??;
         Ok(Peer::new(parts, self.link.clone()))
     }
 
     /// The next established incoming connection, in the order they were established.
     /// Fails only if the driver has stopped.
+    ///
+    /// This is for the default, automatic admission. With
+    /// [`HostConfig::manual_accept`](crate::HostConfig::manual_accept) the application
+    /// takes each request from [`Host::incoming`] instead, and the connection it admits
+    /// comes from [`Incoming::accept`], never from here.
     pub async fn accept(&self) -> Result<Peer, Error> {
         let parts = self.accept.recv().await.map_err(|_| Error::Stopped)?;
         Ok(Peer::new(parts, self.link.clone()))
+    }
+
+    /// The next connection request awaiting the application's decision, in the order they
+    /// arrived (with [`HostConfig::manual_accept`](crate::HostConfig::manual_accept)):
+    /// read its address and connect data, then [`Incoming::accept`] or
+    /// [`Incoming::reject`] it. Fails with [`Error::ManualAcceptOff`] at once if the
+    /// host admits requests by itself (the default: use [`Host::accept`]), and with
+    /// [`Error::Stopped`] if the driver has stopped.
+    ///
+    /// Requests wait in a queue that holds at most `max_pending` (each is one of the
+    /// core's pending handshakes). A request that waits, or is held as an [`Incoming`],
+    /// for longer than the connect timeout (`peer.connect_timeout`, 5 s by default) times
+    /// out: it leaves the queue and the requester's attempt fails with
+    /// [`DisconnectReason::Timeout`]. While `max_pending` requests wait, further ones are
+    /// left unanswered and get in on a retry once there is room (counted in
+    /// [`HostStats::handshakes_deferred`](crate::HostStats::handshakes_deferred)). When
+    /// the last `Host` handle is dropped, queued requests are rejected with code 0.
+    ///
+    /// ```
+    /// # async fn serve(server: porous_async::Host) -> Result<(), porous_async::Error> {
+    /// loop {
+    ///     let request = server.incoming().await?;
+    ///     if request.data().starts_with(b"v2 ") {
+    ///         let player = request.accept().await?;
+    ///         println!("{} joined", player.remote());
+    ///     } else {
+    ///         request.reject(426); // the client reads `DisconnectReason::Rejected { code: 426 }`
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub async fn incoming(&self) -> Result<Incoming, Error> {
+        if !self.manual_accept {
+            return Err(Error::ManualAcceptOff);
+        }
+        let parts = std::future::poll_fn(|cx| self.requests.poll_take(cx)).await.ok_or(Error::Stopped)?;
+        Ok(Incoming { parts, link: self.link.clone(), decided: false })
     }
 
     /// The core's counters of this host.
@@ -221,6 +299,7 @@ pub struct Peer {
 struct PeerInner {
     id: PeerId,
     remote: SocketAddr,
+    data: Bytes,
     mailbox: Arc<Mailbox>,
     ended: Receiver<Infallible>,
     shared: Arc<PeerShared>,
@@ -230,7 +309,7 @@ struct PeerInner {
 impl Drop for PeerInner {
     fn drop(&mut self) {
         // A no-op if the connection has ended already.
-        disconnect(&mut lock(&self.link.core), self.id);
+        disconnect(&mut lock(&self.link.core), self.id, 0);
         self.link.wake();
     }
 }
@@ -243,8 +322,8 @@ impl fmt::Debug for Peer {
 
 impl Peer {
     fn new(parts: PeerParts, link: Link) -> Self {
-        let PeerParts { id, remote, mailbox, ended, shared } = parts;
-        Self { inner: Arc::new(PeerInner { id, remote, mailbox, ended, shared, link }) }
+        let PeerParts { id, remote, data, mailbox, ended, shared } = parts;
+        Self { inner: Arc::new(PeerInner { id, remote, data, mailbox, ended, shared, link }) }
     }
 
     /// The connection's id in the core.
@@ -255,6 +334,15 @@ impl Peer {
     /// The remote address.
     pub fn remote(&self) -> SocketAddr {
         self.inner.remote
+    }
+
+    /// The connect data the remote sent with its request ([`Host::connect_with`]): on a
+    /// connection from [`Host::accept`] or [`Incoming::accept`], what the client sent
+    /// (empty if it used [`Host::connect`]). On a connection this side started it is
+    /// empty, since replies carry no connect data (unless both sides connected to each
+    /// other at once and the remote's request arrived first).
+    pub fn connect_data(&self) -> &Bytes {
+        &self.inner.data
     }
 
     /// Queues a packet on `channel`; the driver sends it at once. Errors are the core's
@@ -288,8 +376,19 @@ impl Peer {
     /// the connection ended otherwise first. Packets still arriving meanwhile stay
     /// readable with [`Peer::recv`]; keep reading if the remote sends a lot, since a full
     /// delivery queue defers the acknowledgements the flush waits for.
+    ///
+    /// The remote's [`Peer::recv`] ends with [`DisconnectReason::Remote`] and code 0;
+    /// [`Peer::disconnect_with`] sends a code of your own.
     pub async fn disconnect(&self) -> DisconnectReason {
-        disconnect(&mut lock(&self.inner.link.core), self.inner.id);
+        self.disconnect_with(0).await
+    }
+
+    /// [`Peer::disconnect`] with an application code (ENet's disconnect data: kicked, match
+    /// over, quit). The remote's [`Peer::recv`] ends with
+    /// `Disconnected(DisconnectReason::Remote { code })`. The code is repeated until the
+    /// remote acknowledges the disconnection.
+    pub async fn disconnect_with(&self, code: u32) -> DisconnectReason {
+        disconnect(&mut lock(&self.inner.link.core), self.inner.id, code);
         self.inner.link.wake();
         // Nothing is ever sent on `ended`: this returns when it closes.
         let _ = self.inner.ended.recv().await;
@@ -297,10 +396,16 @@ impl Peer {
     }
 
     /// Disconnects at once, dropping packets not yet sent; the remote is told, best
-    /// effort. `recv` then returns the packets already queued, then
+    /// effort, with code 0. `recv` then returns the packets already queued, then
     /// [`DisconnectReason::Local`].
     pub fn disconnect_now(&self) {
-        disconnect_now(&mut lock(&self.inner.link.core), self.inner.id);
+        self.disconnect_now_with(0);
+    }
+
+    /// [`Peer::disconnect_now`] with an application code for the remote, sent once, best
+    /// effort (if that datagram is lost the remote times out instead).
+    pub fn disconnect_now_with(&self, code: u32) {
+        disconnect_now(&mut lock(&self.inner.link.core), self.inner.id, code);
         self.inner.link.wake();
     }
 
@@ -323,5 +428,83 @@ impl Peer {
     fn reason(&self) -> DisconnectReason {
         // Unset only if the driver itself is gone, which ends every connection here.
         self.inner.shared.reason.get().copied().unwrap_or(DisconnectReason::Local)
+    }
+}
+
+/// A connection request awaiting the application's decision, from [`Host::incoming`]
+/// (with [`HostConfig::manual_accept`](crate::HostConfig::manual_accept)). Read
+/// [`Incoming::remote`] and [`Incoming::data`], then [`Incoming::accept`] or
+/// [`Incoming::reject`].
+///
+/// Until the connection is established the request is not authenticated: `remote` may be
+/// spoofed and `data` is only what someone sent from there; verify tickets before
+/// trusting them. Dropping an `Incoming` undecided rejects it with code 0. Undecided for
+/// longer than the connect timeout (counted from its arrival), it times out: `accept`
+/// then fails with [`DisconnectReason::Timeout`].
+pub struct Incoming {
+    parts: RequestParts,
+    link: Link,
+    /// `accept` or `reject` has answered it; dropping it does nothing more.
+    decided: bool,
+}
+
+impl fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Incoming")
+            .field("id", &self.parts.id)
+            .field("remote", &self.parts.remote)
+            .field("data", &self.parts.data)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Incoming {
+    /// The id the connection keeps if admitted ([`Peer::id`]).
+    pub fn id(&self) -> PeerId {
+        self.parts.id
+    }
+
+    /// The requester's address (unproven until the connection is established).
+    pub fn remote(&self) -> SocketAddr {
+        self.parts.remote
+    }
+
+    /// The connect data the requester sent ([`Host::connect_with`]; empty from
+    /// [`Host::connect`]). The admitted [`Peer::connect_data`] returns it again.
+    pub fn data(&self) -> &Bytes {
+        &self.parts.data
+    }
+
+    /// Admits the request: the handshake goes on, and this resolves with the connection
+    /// once it is established (or fails with [`Error::Failed`], typically
+    /// [`DisconnectReason::Timeout`] when the request timed out before the decision or
+    /// the handshake did not complete within the connect timeout). Dropping the future
+    /// before it resolves abandons the connection: rejected if the driver had not
+    /// received the decision yet, ended at once otherwise.
+    pub async fn accept(mut self) -> Result<Peer, Error> {
+        let (reply, result) = async_channel::bounded(1);
+        self.link.commands.send(Command::Accept(self.parts.id, reply)).await.map_err(|_| Error::Stopped)?;
+        self.decided = true;
+        let parts = result.recv().await.map_err(|_| Error::Stopped)??;
+        Ok(Peer::new(parts, self.link.clone()))
+    }
+
+    /// Rejects the request: the requester's attempt fails with
+    /// [`DisconnectReason::Rejected`] carrying `code` (its `connect` returns
+    /// [`Error::Failed`]). The host holds nothing for it afterwards. Does nothing if the
+    /// request has timed out already.
+    pub fn reject(mut self, code: u32) {
+        self.decided = true;
+        reject(&mut lock(&self.link.core), self.parts.id, code);
+        self.link.wake();
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        if !self.decided {
+            reject(&mut lock(&self.link.core), self.parts.id, 0);
+            self.link.wake();
+        }
     }
 }

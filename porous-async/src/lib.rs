@@ -56,6 +56,75 @@
 //! # }
 //! ```
 //!
+//! # Connect data, admission and disconnect codes
+//!
+//! A client can send up to 256 bytes with its request ([`Host::connect_with`]: a version,
+//! a login ticket); the server reads them with [`Peer::connect_data`]. By default the
+//! server admits every compatible request itself and hands the connection to
+//! [`Host::accept`]. With [`HostConfig::manual_accept`] the application decides first:
+//! [`Host::incoming`] yields each request as an [`Incoming`], whose
+//! [`accept`](Incoming::accept) resolves with the connection and whose
+//! [`reject`](Incoming::reject) makes the client's attempt fail with
+//! [`DisconnectReason::Rejected`] and the code. [`Peer::disconnect_with`] ends a connection
+//! with a code the other side's [`Peer::recv`] returns in [`DisconnectReason::Remote`].
+//!
+//! ```
+//! # use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
+//! # use porous_async::runtime::{AsyncTimer, AsyncUdpSocket, Runtime};
+//! use porous_async::{DisconnectReason, Disconnected, Error, Host, HostConfig};
+//! # use std::{future::Future, io, pin::Pin, time::Instant};
+//! # #[derive(Debug)]
+//! # struct Threads;
+//! # impl Runtime for Threads {
+//! #     fn spawn(&self, driver: Pin<Box<dyn Future<Output = ()> + Send>>) {
+//! #         std::thread::spawn(move || futures_lite::future::block_on(driver));
+//! #     }
+//! #     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn AsyncTimer>> {
+//! #         Box::pin(AsyncIoTimer::at(deadline))
+//! #     }
+//! #     fn wrap_udp_socket(&self, socket: std::net::UdpSocket) -> io::Result<Box<dyn AsyncUdpSocket>> {
+//! #         Ok(Box::new(AsyncIoSocket::new(socket)?))
+//! #     }
+//! # }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! futures_lite::future::block_on(async {
+//!     let mut config = HostConfig::default();
+//!     config.manual_accept = true;
+//!     let server = Host::bind_with(&Threads, "127.0.0.1:0", config)?;
+//!     let client = Host::bind_with(&Threads, "127.0.0.1:0", HostConfig::default())?;
+//!     let old_client = Host::bind_with(&Threads, "127.0.0.1:0", HostConfig::default())?;
+//!
+//!     let serve = async {
+//!         // The server decides on each request from its connect data.
+//!         let mut player = None;
+//!         while player.is_none() {
+//!             let request = server.incoming().await?;
+//!             if request.data().starts_with(b"v2 ") {
+//!                 player = Some(request.accept().await?);
+//!             } else {
+//!                 request.reject(426);
+//!             }
+//!         }
+//!         Ok::<_, Error>(player)
+//!     };
+//!     let connect = async {
+//!         let old = old_client.connect_with(server.local_addr(), &b"v1 ticket:8f3a"[..]).await;
+//!         assert!(matches!(old, Err(Error::Failed(DisconnectReason::Rejected { code: 426 }))));
+//!         client.connect_with(server.local_addr(), &b"v2 ticket:8f3a"[..]).await
+//!     };
+//!     let (player, to_server) = futures_lite::future::zip(serve, connect).await;
+//!     let (player, to_server) = (player?.expect("admitted"), to_server?);
+//!     assert_eq!(&player.connect_data()[..], b"v2 ticket:8f3a");
+//!
+//!     // The server kicks the player with a code; the client reads it.
+//!     player.disconnect_with(7).await;
+//!     assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 7 })));
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
 //! # Queues and backpressure
 //!
 //! Every queue between the driver and the handles is bounded:
@@ -80,6 +149,11 @@
 //!   connection is ended at once with [`porous_proto::Host::disconnect_now`] (the remote
 //!   sees [`DisconnectReason::Remote`]). So are connections still queued when the last
 //!   `Host` handle is dropped.
+//! - With [`HostConfig::manual_accept`], connection requests wait for [`Host::incoming`]
+//!   in a queue of at most `max_pending` (each one is a pending handshake of the core,
+//!   which defers requests beyond `max_pending` until there is room; a request that times
+//!   out undecided leaves the queue), so hostile requests cannot grow it. With no
+//!   [`Host`] handle left, requests are rejected with code 0.
 //! - [`Peer::send`] is synchronous and returns the core's [`SendError`]; its per-channel
 //!   queue limit (`max_queued_bytes`) is the send-side bound, reported as
 //!   [`SendError::QueueFull`].
@@ -111,6 +185,7 @@
 mod driver;
 mod handle;
 mod mailbox;
+mod requests;
 pub mod runtime;
 
 use std::fmt;
@@ -119,12 +194,13 @@ use std::io;
 // The vocabulary every adapter re-exports, so that no application needs porous-proto or
 // bytes in its own Cargo.toml.
 pub use bytes::Bytes;
-pub use handle::{Host, Peer};
+pub use handle::{Host, Incoming, Peer};
 /// The protocol core, for what the re-exports above do not cover.
 pub use porous_proto as proto;
 pub use porous_proto::{
-    ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats, MemoryUsage, Mismatch,
-    PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart, TransferStats, Transmit,
+    AdmissionError, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats,
+    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart,
+    TransferStats, Transmit,
 };
 #[cfg(feature = "fault-injection")]
 pub use porous_udp::Faults;
@@ -157,7 +233,8 @@ impl Packet {
     }
 }
 
-/// Why [`Host::bind_with`], [`Host::connect`] or [`Host::accept`] failed.
+/// Why [`Host::bind_with`], [`Host::connect`], [`Host::accept`], [`Host::incoming`] or
+/// [`Incoming::accept`] failed.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
@@ -167,10 +244,14 @@ pub enum Error {
     Config(ConfigError),
     /// The core refused to start the connection attempt.
     Connect(ConnectError),
-    /// The connection attempt failed (timed out, refused, or incompatible).
+    /// The connection attempt failed (timed out, refused, rejected by the remote's
+    /// application with [`DisconnectReason::Rejected`], or incompatible).
     Failed(DisconnectReason),
     /// The driver task has stopped. It stops on its own only if it panicked.
     Stopped,
+    /// [`Host::incoming`] was called on a host that admits requests by itself: set
+    /// [`HostConfig::manual_accept`] to decide on each, or use [`Host::accept`].
+    ManualAcceptOff,
 }
 
 impl fmt::Display for Error {
@@ -181,6 +262,9 @@ impl fmt::Display for Error {
             Self::Connect(e) => write!(f, "cannot connect: {e}"),
             Self::Failed(reason) => write!(f, "connection attempt failed: {reason}"),
             Self::Stopped => f.write_str("the POROUS driver task has stopped"),
+            Self::ManualAcceptOff => {
+                f.write_str("Host::incoming needs HostConfig::manual_accept; without it use Host::accept")
+            }
         }
     }
 }
@@ -191,7 +275,7 @@ impl std::error::Error for Error {
             Self::Io(e) => Some(e),
             Self::Config(e) => Some(e),
             Self::Connect(e) => Some(e),
-            Self::Failed(_) | Self::Stopped => None,
+            Self::Failed(_) | Self::Stopped | Self::ManualAcceptOff => None,
         }
     }
 }

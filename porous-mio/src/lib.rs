@@ -107,6 +107,42 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Connect data, admission and disconnect codes
+//!
+//! A client can send up to 256 bytes with its request ([`Host::connect_with`]: a version,
+//! a login ticket); the server reads them in [`Event::Connected`]. By default the server
+//! admits every compatible request itself. With [`HostConfig::manual_accept`] it reports
+//! each as [`Event::ConnectRequest`] first and answers nothing until the application calls
+//! [`Host::accept`] or [`Host::reject`] (the client then gets
+//! [`DisconnectReason::Rejected`] with the code). [`Host::disconnect_with`] ends a
+//! connection with a code the other side reads in [`DisconnectReason::Remote`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use porous_mio::{DisconnectReason, Event, Host, HostConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut config = HostConfig::default();
+//! config.manual_accept = true;
+//! let mut server = Host::bind("0.0.0.0:7777", config)?;
+//! // On the client: `client.connect_with(server_addr, b"v1 ticket:8f3a")?`.
+//! loop {
+//!     match server.service(Duration::from_millis(100))? {
+//!         Some(Event::ConnectRequest { peer, data, .. }) if data.starts_with(b"v1 ") => server.accept(peer)?,
+//!         // The client's attempt ends with `DisconnectReason::Rejected { code: 426 }`.
+//!         Some(Event::ConnectRequest { peer, .. }) => server.reject(peer, 426)?,
+//!         Some(Event::Connected { peer, data, .. }) => println!("{peer} joined with {data:?}"),
+//!         // A kick: the client reads `DisconnectReason::Remote { code: 7 }`.
+//!         Some(Event::Received { peer, data, .. }) if &data[..] == b"cheat" => server.disconnect_with(peer, 7),
+//!         Some(Event::Disconnected { reason: DisconnectReason::Remote { code }, .. }) => {
+//!             println!("a player left with code {code}");
+//!         }
+//!         _ => {}
+//!     }
+//! }
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
@@ -124,8 +160,9 @@ pub use bytes::Bytes;
 /// The protocol core, for what the re-exports above do not cover.
 pub use porous_proto as proto;
 pub use porous_proto::{
-    ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats, MemoryUsage, Mismatch,
-    PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart, TransferStats, Transmit,
+    AdmissionError, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats,
+    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart,
+    TransferStats, Transmit,
 };
 #[cfg(feature = "fault-injection")]
 pub use porous_udp::Faults;
@@ -248,8 +285,44 @@ impl Host {
     }
 
     /// Starts connecting to `remote`; `Connected` or `Disconnected` follows for the id.
+    /// Sends no connect data: [`Host::connect_with`] does.
     pub fn connect(&mut self, remote: SocketAddr) -> Result<PeerId, ConnectError> {
         self.core.connect(Instant::now(), remote)
+    }
+
+    /// Starts connecting to `remote` with connect data (a version, a login ticket): up to
+    /// [`proto::wire::MAX_CONNECT_DATA`] bytes, fewer at a small `mtu`
+    /// ([`PeerConfig::max_connect_data`]), else [`ConnectError::DataTooLarge`]. The
+    /// remote's application reads it in [`Event::ConnectRequest`] (if it decides on
+    /// requests itself, [`HostConfig::manual_accept`]) and in [`Event::Connected`]. It
+    /// only makes the request larger, never the replies; it is neither encrypted nor, until
+    /// `Connected`, authenticated. See [`porous_proto::Host::connect_with`].
+    ///
+    /// If the remote rejects the request ([`Host::reject`]), `Disconnected` follows with
+    /// [`DisconnectReason::Rejected`] and the remote's code.
+    pub fn connect_with(&mut self, remote: SocketAddr, data: &[u8]) -> Result<PeerId, ConnectError> {
+        self.core.connect_with(Instant::now(), remote, data)
+    }
+
+    /// Admits a connection request that [`Host::poll_event`] reported as
+    /// [`Event::ConnectRequest`] (only with [`HostConfig::manual_accept`]; by default every
+    /// compatible request is admitted without asking). The handshake goes on:
+    /// `Connected` follows for `peer`, or `Disconnected` if the handshake does not
+    /// complete within the connect timeout counted from the request's arrival. The answer
+    /// leaves at the next [`Host::flush`].
+    ///
+    /// A request left undecided holds one pending handshake (`max_pending`) and ends with
+    /// `Disconnected { reason: Timeout }` after the connect timeout.
+    pub fn accept(&mut self, peer: PeerId) -> Result<(), AdmissionError> {
+        self.core.accept(Instant::now(), peer)
+    }
+
+    /// Rejects a connection request reported as [`Event::ConnectRequest`]: the requester
+    /// gets `Disconnected` with [`DisconnectReason::Rejected`] and `code`; here the peer is
+    /// gone at once (`Disconnected { reason: Local }` is queued for it). The answer leaves
+    /// at the next [`Host::flush`]. See [`porous_proto::Host::reject`].
+    pub fn reject(&mut self, peer: PeerId, code: u32) -> Result<(), AdmissionError> {
+        self.core.reject(Instant::now(), peer, code)
     }
 
     /// Queues a packet; it leaves at the next [`Host::flush`], [`Host::process`] or
@@ -258,14 +331,32 @@ impl Host {
         self.core.send(peer, channel, data, mode)
     }
 
-    /// Disconnects gracefully (pending packets first); `Disconnected` follows.
+    /// Disconnects gracefully (pending packets first); `Disconnected` follows. The remote
+    /// gets [`DisconnectReason::Remote`] with code 0.
     pub fn disconnect(&mut self, peer: PeerId) {
         self.core.disconnect(Instant::now(), peer);
     }
 
-    /// Disconnects at once; `Disconnected` is queued now.
+    /// [`Host::disconnect`] with an application code (ENet's disconnect data: kicked, match
+    /// over, quit): the remote's application reads it in
+    /// `Disconnected { reason: DisconnectReason::Remote { code } }`. The code is repeated
+    /// until the remote acknowledges the disconnection. On a request awaiting the
+    /// decision ([`Event::ConnectRequest`]) it is [`Host::reject`].
+    pub fn disconnect_with(&mut self, peer: PeerId, code: u32) {
+        self.core.disconnect_with(Instant::now(), peer, code);
+    }
+
+    /// Disconnects at once; `Disconnected` is queued now. The remote is told once, best
+    /// effort, with code 0.
     pub fn disconnect_now(&mut self, peer: PeerId) {
         self.core.disconnect_now(Instant::now(), peer);
+    }
+
+    /// [`Host::disconnect_now`] with an application code for the remote, sent once, best
+    /// effort (it arrives unless that one datagram is lost; the remote otherwise times
+    /// out).
+    pub fn disconnect_now_with(&mut self, peer: PeerId, code: u32) {
+        self.core.disconnect_now_with(Instant::now(), peer, code);
     }
 
     /// A snapshot of a peer's state and counters.

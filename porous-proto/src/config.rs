@@ -272,9 +272,9 @@ pub struct HostConfig {
     /// `max_pending` and `max_peers`, and times out after the connect timeout). Default:
     /// false (every compatible request is answered at once).
     ///
-    /// With `porous-mio`, events pass through to the application and
-    /// `core_mut().accept(..)` decides; the async adapters do not offer the decision yet,
-    /// so leave this off there (their requests would time out unanswered).
+    /// With `porous-mio`, events pass through to the application, and its `accept` and
+    /// `reject` decide. The async adapters hand each request out from `Host::incoming()`
+    /// as an `Incoming`, whose `accept` resolves with the connection.
     pub manual_accept: bool,
     /// Settings of every connection. Default: [`PeerConfig::default()`].
     pub peer: PeerConfig,

@@ -3,9 +3,9 @@
 //! the same vocabulary everywhere.
 
 use porous_smol::{
-    Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats,
-    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SendError, SendMode,
-    SequenceStart, SocketStats, TransferStats, Transmit, proto,
+    AdmissionError, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig,
+    HostStats, MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SendError,
+    SendMode, SequenceStart, SocketStats, TransferStats, Transmit, proto,
 };
 
 #[test]
@@ -27,7 +27,7 @@ fn an_application_configures_and_names_everything_through_the_adapter() {
     let _: fn(&mut proto::Host) -> Option<Transmit> = proto::Host::poll_transmit;
     let _: fn(&mut proto::Host) -> Option<Event> = proto::Host::poll_event;
     let _: fn(&mut proto::Host, PeerId, usize, Bytes, SendMode) -> Result<(), SendError> = proto::Host::send;
-    let _: Option<(ConnectError, DisconnectReason, Mismatch)> = None;
+    let _: Option<(ConnectError, DisconnectReason, Mismatch, AdmissionError)> = None;
 
     // The socket layer's vocabulary.
     assert_eq!(SOCKET_BUFFER, 1 << 20);

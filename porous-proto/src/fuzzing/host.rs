@@ -5,8 +5,11 @@
 //! replays and corruptions of the datagrams in flight; datagrams from strangers (raw
 //! bytes, connect requests, answers to the server's replies); data datagrams forged by an
 //! attacker who knows the connection's keys (the strongest attacker there is: an on-path
-//! observer, or a hostile peer); and API calls on both hosts. After every step the target
-//! checks what must always hold:
+//! observer, or a hostile peer); and API calls on both hosts: sends, connects with connect
+//! data (sometimes too much), disconnections with application codes, and, when the script
+//! makes the hosts decide on requests themselves (`manual_accept`), accepts and rejects
+//! with codes. Channel 2 is unordered in some scripts. After every step the target checks
+//! what must always hold:
 //!
 //! - nothing panics;
 //! - peers, pending handshakes, reassembly memory, queued bytes and the memory a host
@@ -16,7 +19,9 @@
 //!   more bytes in total than it sent (no amplification, at once or over time);
 //! - while no forged datagram has reached a host, what it delivers keeps the guarantees:
 //!   per channel, nothing duplicated or reordered, reliable packets exactly once and in
-//!   order;
+//!   order (on an unordered channel: exactly once, in any order); connect data arrives as
+//!   the other host sent it; a disconnection or rejection code is one the other host's
+//!   application gave (or 0);
 //! - at the end, with the network healed and no forger involved, every reliable packet
 //!   sent on a live connection arrives: nothing stalls forever.
 
@@ -30,7 +35,7 @@ use bytes::{Bytes, BytesMut};
 use super::wire::{ack_ranges, arbitrary_request};
 use crate::channel::ENTRY_OVERHEAD;
 use crate::config::{ChannelConfig, HostConfig, SequenceStart};
-use crate::event::{Event, PeerId};
+use crate::event::{DisconnectReason, Event, PeerId};
 use crate::host::Host;
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 use crate::sim::{Held, LinkConditions, Network, seeded_rng};
@@ -44,6 +49,10 @@ const CLIENT: SocketAddr = addr(1, 5000);
 const SERVER: SocketAddr = addr(2, 6000);
 const STRANGERS: u8 = 8;
 const CHANNELS: usize = 3;
+/// The channel that is unordered in scripts that say so.
+const UNORDERED: usize = 2;
+/// Requests reported to a side and not yet decided by the script, oldest dropped beyond.
+const MAX_REQUESTS: usize = 16;
 /// Steps per script: enough to fill every cap, few enough for thousands of runs a second.
 const MAX_STEPS: usize = 400;
 /// Datagrams held per direction; the oldest are lost beyond it.
@@ -135,10 +144,23 @@ pub enum Step {
         len: u16,
         mode: SendMode,
     },
-    Connect(Side),
+    /// Connect with `2 * data` bytes of connect data (beyond what a request carries, at
+    /// times).
+    Connect {
+        side: Side,
+        data: u8,
+    },
     Disconnect {
         side: Side,
         now: bool,
+        code: u32,
+    },
+    /// Accept or reject (with `code`) the oldest request reported to `side` (with
+    /// `manual_accept`; perhaps gone or decided already).
+    Decide {
+        side: Side,
+        accept: bool,
+        code: u32,
     },
 }
 
@@ -167,10 +189,11 @@ impl<'a> Arbitrary<'a> for Step {
             79..=80 => Self::Replay(u.arbitrary()?),
             81..=83 => Self::Raw { to: u.arbitrary()?, stranger: u.arbitrary()?, bytes: u.arbitrary()? },
             84..=89 => Self::Forge { to: u.arbitrary()?, datagram: u.arbitrary()? },
-            90..=93 => Self::Request { stranger: u.arbitrary()?, request: u.arbitrary()? },
-            94..=96 => Self::Answer { stranger: u.arbitrary()? },
-            97 => Self::Connect(u.arbitrary()?),
-            _ => Self::Disconnect { side: u.arbitrary()?, now: u.arbitrary()? },
+            90..=92 => Self::Request { stranger: u.arbitrary()?, request: u.arbitrary()? },
+            93..=95 => Self::Answer { stranger: u.arbitrary()? },
+            96..=97 => Self::Decide { side: u.arbitrary()?, accept: u.arbitrary()?, code: u.arbitrary()? },
+            98 => Self::Connect { side: u.arbitrary()?, data: u.arbitrary()? },
+            _ => Self::Disconnect { side: u.arbitrary()?, now: u.arbitrary()?, code: u.arbitrary()? },
         })
     }
 }
@@ -215,6 +238,10 @@ pub struct HostScript {
     near_wrap: bool,
     small_mtu: bool,
     challenge_above: u8,
+    /// Both hosts report requests and wait for `Step::Decide`.
+    manual_accept: bool,
+    /// Channel 2 is unordered on both hosts.
+    unordered: bool,
     steps: Vec<Step>,
 }
 
@@ -223,11 +250,12 @@ impl<'a> Arbitrary<'a> for HostScript {
         let near_wrap = u.arbitrary()?;
         let small_mtu = u.arbitrary()?;
         let challenge_above = u.int_in_range(0..=3)?;
+        let (manual_accept, unordered) = (u.arbitrary()?, u.arbitrary()?);
         let mut steps = Vec::new();
         while !u.is_empty() && steps.len() < MAX_STEPS {
             steps.push(u.arbitrary()?);
         }
-        Ok(Self { near_wrap, small_mtu, challenge_above, steps })
+        Ok(Self { near_wrap, small_mtu, challenge_above, manual_accept, unordered, steps })
     }
 }
 
@@ -237,9 +265,11 @@ fn config(script: &HostScript) -> HostConfig {
         max_peers: 6,
         max_pending: 3,
         challenge_above: usize::from(script.challenge_above),
+        manual_accept: script.manual_accept,
         ..HostConfig::default()
     };
     c.peer.channels = vec![ChannelConfig { max_queued_bytes: 24 * 1024, ..ChannelConfig::default() }; CHANNELS];
+    c.peer.channels[UNORDERED].unordered = script.unordered;
     c.peer.mtu = if script.small_mtu { 300 } else { 1200 };
     c.peer.max_packet_size = 12 * 1024;
     c.peer.max_reassembly_bytes = 16 * 1024;
@@ -316,6 +346,12 @@ struct Book {
     reliable: [VecDeque<u32>; CHANNELS],
 }
 
+/// A side's connect data of `len` bytes: its own pattern, so the receiver can tell it
+/// arrived as sent.
+fn connect_payload(side: Side, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (side as u8 + 1) ^ (i as u8).wrapping_mul(31)).collect()
+}
+
 /// The packets a side sends name themselves: sender side, connection number, channel,
 /// sequence number, mode. Then filler up to the length asked for.
 const HEADER: usize = 11;
@@ -343,6 +379,12 @@ struct World {
     books: [BTreeMap<u32, Book>; 2],
     /// Whether a forged datagram has reached the side.
     tainted: [bool; 2],
+    /// Per side, the requests reported to it (`Event::ConnectRequest`) for `Step::Decide`.
+    requests: [VecDeque<PeerId>; 2],
+    /// Per side, the codes its application gave (disconnections and rejections).
+    codes: [Vec<u32>; 2],
+    /// Channel `UNORDERED` is unordered.
+    unordered: bool,
 }
 
 /// Runs a script; returns how many packets were delivered and checked, so replays can
@@ -369,12 +411,21 @@ fn run(script: &HostScript) -> usize {
         connection: Default::default(),
         books: Default::default(),
         tainted: [false; 2],
+        requests: Default::default(),
+        codes: Default::default(),
+        unordered: script.unordered,
     };
     // Start connected, so that even short scripts reach the data paths.
-    let _ = w.hosts[Side::Client.index()].connect(t0, SERVER);
+    let data = connect_payload(Side::Client, 16);
+    let _ = w.hosts[Side::Client.index()].connect_with(t0, SERVER, &data);
     let mut checked = 0;
     for _ in 0..20 {
         checked += w.settle();
+        // With manual admission, the server admits the first request at once.
+        while let Some(peer) = w.requests[Side::Server.index()].pop_front() {
+            let now = w.now();
+            let _ = w.host(Side::Server).accept(now, peer);
+        }
         w.deliver_all();
     }
     for step in &script.steps {
@@ -454,17 +505,30 @@ impl World {
             Step::Send { from, channel, len, mode } => {
                 self.send(*from, usize::from(*channel), usize::from(*len), *mode);
             }
-            Step::Connect(side) => {
+            Step::Connect { side, data } => {
                 let now = self.now();
-                let _ = self.host(*side).connect(now, side.other().addr());
+                let data = connect_payload(*side, 2 * usize::from(*data));
+                let _ = self.host(*side).connect_with(now, side.other().addr(), &data);
             }
-            Step::Disconnect { side, now: at_once } => {
+            Step::Disconnect { side, now: at_once, code } => {
                 let Some(peer) = self.host(*side).peer_by_addr(side.other().addr()) else { return };
                 let now = self.now();
+                self.codes[side.index()].push(*code);
                 if *at_once {
-                    self.host(*side).disconnect_now(now, peer);
+                    self.host(*side).disconnect_now_with(now, peer, *code);
                 } else {
-                    self.host(*side).disconnect(now, peer);
+                    self.host(*side).disconnect_with(now, peer, *code);
+                }
+            }
+            Step::Decide { side, accept, code } => {
+                let Some(peer) = self.requests[side.index()].pop_front() else { return };
+                let now = self.now();
+                // The request may have timed out or been decided: an error, never a panic.
+                if *accept {
+                    let _ = self.host(*side).accept(now, peer);
+                } else {
+                    self.codes[side.index()].push(*code);
+                    let _ = self.host(*side).reject(now, peer, *code);
                 }
             }
         }
@@ -568,6 +632,10 @@ impl World {
 
     fn send(&mut self, from: Side, channel: usize, len: usize, mode: SendMode) {
         let Some(peer) = self.host(from).peer_by_addr(from.other().addr()) else { return };
+        // An unordered channel takes reliable packets only; ask for others now and then,
+        // for the error.
+        let mode =
+            if self.unordered && channel == UNORDERED && !len.is_multiple_of(8) { SendMode::Reliable } else { mode };
         let (number, known) = &mut self.connection[from.index()];
         if *known != Some(peer) {
             *number += 1;
@@ -649,7 +717,33 @@ impl World {
     }
 
     fn on_event(&mut self, side: Side, e: Event) -> usize {
-        let Event::Received { channel, mode, data, .. } = e else { return 0 };
+        let (channel, mode, data) = match e {
+            Event::Received { channel, mode, data, .. } => (channel, mode, data),
+            Event::ConnectRequest { peer, remote, data } => {
+                let requests = &mut self.requests[side.index()];
+                if requests.len() == MAX_REQUESTS {
+                    requests.pop_front();
+                }
+                requests.push_back(peer);
+                self.check_connect_data(side, remote, &data);
+                return 0;
+            }
+            Event::Connected { remote, data, .. } => {
+                self.check_connect_data(side, remote, &data);
+                return 0;
+            }
+            Event::Disconnected { reason, .. } => {
+                let (DisconnectReason::Remote { code } | DisconnectReason::Rejected { code }) = reason else {
+                    return 0;
+                };
+                let given = &self.codes[side.other().index()];
+                assert!(
+                    self.tainted[side.index()] || code == 0 || given.contains(&code),
+                    "{side:?}: {reason:?}, a code the other host never gave"
+                );
+                return 0;
+            }
+        };
         if self.tainted[side.index()] {
             return 0;
         }
@@ -663,6 +757,14 @@ impl World {
         if let Some(last) = book.delivered[ch] {
             assert!(seq > last, "channel {ch}: packet {seq} after {last} (duplicated or reordered)");
         }
+        if self.unordered && ch == UNORDERED {
+            // Exactly once, in any order.
+            assert_eq!(mode, SendMode::Reliable, "channel {ch} is unordered: reliable packets only");
+            let at = book.reliable[ch].iter().position(|&r| r == seq);
+            let at = at.unwrap_or_else(|| panic!("unordered channel {ch}: packet {seq} delivered twice")); // ok: a finding
+            book.reliable[ch].remove(at);
+            return 1;
+        }
         book.delivered[ch] = Some(seq);
         let oldest = book.reliable[ch].front().copied();
         if mode == SendMode::Reliable {
@@ -672,6 +774,14 @@ impl World {
             assert!(oldest.is_none_or(|r| r > seq), "channel {ch}: {seq} overtook reliable packet {oldest:?}");
         }
         1
+    }
+
+    /// Connect data from the other host arrives as that host sent it (strangers' is
+    /// theirs to choose).
+    fn check_connect_data(&self, side: Side, remote: SocketAddr, data: &[u8]) {
+        if remote == side.other().addr() && !self.tainted[side.index()] {
+            assert_eq!(data, connect_payload(side.other(), data.len()), "{side:?}: connect data not as sent");
+        }
     }
 
     fn check_caps(&self, side: Side) {
