@@ -84,6 +84,8 @@ pub(crate) const SEVERE_LOSS: f64 = 0.5;
 pub(crate) const MAX_COMPENSATED_LOSS: f64 = 0.5;
 /// How fast the cap lifts per round without congestion.
 const CAP_GROWTH: f64 = 1.125;
+/// The shortest minimum RTT over which the model tells random loss from a queue's.
+const QUEUE_VISIBLE: Duration = Duration::from_millis(2);
 /// The shortest interval the model treats as a round trip when computing the BDP (a
 /// loopback or a simulation can measure zero; timers are no finer than this).
 const RTT_FLOOR: Duration = Duration::from_millis(1);
@@ -396,7 +398,12 @@ impl Model {
         self.round_lost = 0;
         self.round_max_rtt = Duration::ZERO;
         let share = if lost == 0 { 0.0 } else { lost as f64 / (lost + acked) as f64 };
-        let queue = self.min_rtt.is_some_and(|m| max_rtt.as_secs_f64() > m.max(RTT_FLOOR).as_secs_f64() * QUEUE_FACTOR);
+        // Below the timer granularity a queue cannot be seen (on loopback or a wired LAN a
+        // buffer that overflows may add less delay than a millisecond step shows), so no
+        // loss there can be told random: all of it counts as a queue's.
+        let blind = self.min_rtt.is_some_and(|m| m < QUEUE_VISIBLE);
+        let queue = blind
+            || self.min_rtt.is_some_and(|m| max_rtt.as_secs_f64() > m.max(RTT_FLOOR).as_secs_f64() * QUEUE_FACTOR);
         // Without a round-trip sample there is no model to judge a loss against (the first
         // flight's losses may be nothing but a lost acknowledgement). With a queue, loss
         // beyond the path's known random loss is congestion; without one, only severe
@@ -624,6 +631,21 @@ mod tests {
         // Clean rounds lift the cap again.
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
         assert_eq!(m.stats().bandwidth, 10_000_000);
+    }
+
+    #[test]
+    fn below_two_milliseconds_no_loss_is_taken_for_random() {
+        // Loopback: 500 us round trips that do not grow while a buffer overflows.
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        let rtt = Duration::from_micros(500);
+        drive(&mut m, &mut t, 100_000_000, rtt, 10, 0.0, rtt);
+        assert_eq!(m.stats().bandwidth, 100_000_000);
+        drive(&mut m, &mut t, 100_000_000, rtt, 1, 0.1, rtt);
+        let bw = m.stats().bandwidth;
+        assert!((80_000_000..=86_000_000).contains(&bw), "a queue's loss: {bw}");
+        // And nothing learned as random loss to pace for.
+        assert!(m.pacing_rate() <= (bw as f64 * 1.25) as u64 + 1, "{} for {bw}", m.pacing_rate());
     }
 
     #[test]
