@@ -319,13 +319,32 @@ impl Transfer {
     ) -> Option<usize> {
         let mtu = self.cfg.mtu;
         let cwnd = self.cc.window();
-        let mut ranges: SmallVec<[AckRange; MAX_RANGES]> = SmallVec::new();
         let acks_due = self.receiver.ack_due();
         // Due acknowledgements and echoes wait for a datagram that goes anyway, while this
         // side's next frame is expected soon; then they go alone.
         let acks_urgent = self.receiver.ack_urgent(now, &self.cadence);
         let echo_urgent = self.ping.echo_deadline(&self.cadence).is_some_and(|t| now >= t);
         let keepalive = self.keepalive_at().is_none_or(|t| now >= t);
+        let rate = self.cc.pacing_rate();
+        if let Some(rate) = rate {
+            self.pacer.refill(now, rate, pacing::depth(rate, self.rtt.step(), mtu));
+        }
+        self.pacing_wait = None;
+        // Nothing to resend, nothing queued, no probe, and nothing that must go alone: no
+        // datagram. Every flush ends with such a call, so it is answered before the
+        // acknowledgement ranges and the frame are worked out (what follows would reach
+        // the same answer, `goes` false, with the same bookkeeping).
+        if !(self.inflight.has_lost()
+            || !self.queues.is_empty()
+            || self.probe_due(now)
+            || acks_urgent
+            || echo_urgent
+            || keepalive)
+        {
+            self.delivery.on_app_limited(self.inflight.flight());
+            return None;
+        }
+        let mut ranges: SmallVec<[AckRange; MAX_RANGES]> = SmallVec::new();
         // The delay field rides with any acknowledgement: its bytes count wherever the
         // section's do.
         let ack_delay = self.receiver.ack_delay(now);
@@ -336,11 +355,6 @@ impl Transfer {
         }
         let ack_len = if ranges.is_empty() { 0 } else { crate::wire::ack_section_len(&ranges) + delay_len };
         let echo = self.ping.echo();
-        let rate = self.cc.pacing_rate();
-        if let Some(rate) = rate {
-            self.pacer.refill(now, rate, pacing::depth(rate, self.rtt.step(), mtu));
-        }
-        self.pacing_wait = None;
 
         // Choose the frame, if any: a resend first, else a new frame; either only when the
         // pacer lets one go.
