@@ -14,6 +14,13 @@
 //! `scheduled` is the deadline its latest heap entry carries (older entries are stale and
 //! skipped); a slot is in `dirty` exactly when its `dirty` flag is set.
 //!
+//! Deadlines in the heap are nanoseconds since the first time the host was given (its
+//! epoch) packed with the slot into one `u128`: a peer's deadline moves at nearly every
+//! step it is polled, so the heap takes a push per active peer per step and as many pops
+//! of stale entries, and a key that compares in two instructions and takes 16 bytes
+//! (an `(Instant, u32, u32)` takes 24) makes those cheap. `poll_timeout` turns the earliest
+//! back into the `Instant` it came from, exactly.
+//!
 //! Nothing here touches a socket or a clock; see the crate docs for the call contract.
 
 use std::cmp::Reverse;
@@ -71,14 +78,81 @@ impl BuildHasher for AddrHasher {
     }
 }
 
+/// The timer heap: every peer's next deadline, earliest first, with stale entries left in
+/// place until they surface (see the module's invariants).
+#[derive(Debug, Default)]
+struct Deadlines {
+    /// The first time the host was given: deadlines count from it.
+    epoch: Option<Instant>,
+    /// Entries packed by [`Deadlines::entry`].
+    heap: BinaryHeap<Reverse<u128>>,
+}
+
+impl Deadlines {
+    /// Sets the epoch, the first time it is given.
+    fn observe(&mut self, now: Instant) {
+        self.epoch.get_or_insert(now);
+    }
+
+    /// `t` as nanoseconds since the epoch. Deadlines are never before it (the caller's
+    /// times do not go backwards); one that is counts as the epoch, which is past anyway.
+    fn ticks(&self, t: Instant) -> u64 {
+        let since = self.epoch.map_or(Duration::ZERO, |e| t.saturating_duration_since(e));
+        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The instant of `ticks`.
+    fn instant(&self, ticks: u64) -> Option<Instant> {
+        self.epoch.map(|e| e + Duration::from_nanos(ticks))
+    }
+
+    /// One heap entry: the deadline in the high half, so entries order by it.
+    fn entry(ticks: u64, index: u32, generation: u32) -> Reverse<u128> {
+        Reverse(u128::from(ticks) << 64 | u128::from(index) << 32 | u128::from(generation))
+    }
+
+    fn unpack(Reverse(e): Reverse<u128>) -> (u64, u32, u32) {
+        ((e >> 64) as u64, (e >> 32) as u32, e as u32)
+    }
+
+    fn push(&mut self, ticks: u64, index: u32, generation: u32) {
+        self.heap.push(Self::entry(ticks, index, generation));
+    }
+
+    /// The earliest entry: deadline, slot, generation.
+    fn peek(&self) -> Option<(u64, u32, u32)> {
+        self.heap.peek().copied().map(Self::unpack)
+    }
+
+    fn pop(&mut self) {
+        self.heap.pop();
+    }
+
+    fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Keeps the entries `keep` says are current.
+    fn retain(&mut self, mut keep: impl FnMut(u64, u32, u32) -> bool) {
+        self.heap.retain(|&e| {
+            let (t, i, g) = Self::unpack(e);
+            keep(t, i, g)
+        });
+    }
+
+    fn memory(&self) -> usize {
+        self.heap.capacity() * size_of::<Reverse<u128>>()
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
     generation: u32,
     /// Boxed: a slot is small, so the slot vector's doubling wastes little, and a peer
     /// never moves when it grows.
     peer: Option<Box<Peer>>,
-    /// The deadline this slot is filed under in the timer heap.
-    scheduled: Option<Instant>,
+    /// The deadline this slot is filed under in the timer heap (see [`Deadlines`]).
+    scheduled: Option<u64>,
     /// Queued for the next step.
     dirty: bool,
 }
@@ -148,7 +222,7 @@ pub struct Host {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_addr: HashMap<SocketAddr, u32, AddrHasher>,
-    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    timers: Deadlines,
     dirty: Vec<u32>,
     out: Outputs,
     recv_arena: Arena,
@@ -189,7 +263,7 @@ impl Host {
             slots: Vec::new(),
             free: Vec::new(),
             by_addr: HashMap::with_hasher(AddrHasher::derived_from(secret)),
-            timers: BinaryHeap::new(),
+            timers: Deadlines::default(),
             dirty: Vec::new(),
             out: Outputs::default(),
             recv_arena: Arena::default(),
@@ -256,6 +330,7 @@ impl Host {
         if self.last_now.is_none_or(|t| now > t) {
             self.last_now = Some(now);
         }
+        self.timers.observe(now);
     }
 
     fn peer_index(&self, id: PeerId) -> Option<usize> {
@@ -457,8 +532,9 @@ impl Host {
                 if self.step_interval.is_zero() { interval } else { self.step_interval * 7 / 8 + interval / 8 };
         }
         self.last_step = Some(now);
-        while let Some(&Reverse((t, index, generation))) = self.timers.peek() {
-            if t > now {
+        let due = self.timers.ticks(now);
+        while let Some((t, index, generation)) = self.timers.peek() {
+            if t > due {
                 break;
             }
             self.timers.pop();
@@ -498,11 +574,12 @@ impl Host {
             self.remove(index);
             return;
         }
+        let next = next.map(|t| self.timers.ticks(t));
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
         if next != slot.scheduled {
             slot.scheduled = next;
             if let Some(t) = next {
-                self.timers.push(Reverse((t, index, slot.generation)));
+                self.timers.push(t, index, slot.generation);
             }
         }
     }
@@ -513,9 +590,7 @@ impl Host {
             return;
         }
         let slots = &self.slots;
-        self.timers.retain(|Reverse((t, i, g))| {
-            slots.get(*i as usize).is_some_and(|s| s.generation == *g && s.scheduled == Some(*t))
-        });
+        self.timers.retain(|t, i, g| slots.get(i as usize).is_some_and(|s| s.generation == g && s.scheduled == Some(t)));
     }
 
     /// The next datagram to send, if any.
@@ -541,7 +616,7 @@ impl Host {
                 return Some(now);
             }
         }
-        self.timers.peek().map(|Reverse((t, _, _))| *t)
+        self.timers.peek().and_then(|(t, _, _)| self.timers.instant(t))
     }
 
     /// Queues a packet for `peer` on `channel`. It leaves at the next [`Host::step`]; an
@@ -708,7 +783,7 @@ impl Host {
             // A hash map holds its entries and a control byte per bucket, and keeps an
             // eighth of its buckets free.
             + self.by_addr.capacity() * 8 / 7 * (size_of::<(SocketAddr, u32)>() + 1)
-            + self.timers.capacity() * size_of::<Reverse<(Instant, u32, u32)>>()
+            + self.timers.memory()
             + self.dirty.capacity() * size_of::<u32>();
         m.buffers = self.out.memory() + self.recv_arena.capacity();
         m.total = m.peers + m.table + m.buffers;
