@@ -68,6 +68,11 @@ pub(crate) trait IdPolicy {
     fn short_id(&self, channel: u8, id: u32) -> bool;
 }
 
+/// A value per channel, inline for the usual few channels: a connection's small tables
+/// live in its own allocation rather than in heap blocks of their own, each one more
+/// cache miss on the paths that read them for every message.
+pub(crate) type PerChannel<T> = SmallVec<[T; 4]>;
+
 /// Parameters of one connection's transfer layer.
 #[derive(Clone, Debug)]
 pub(crate) struct TransferConfig {
@@ -95,9 +100,9 @@ pub(crate) struct TransferConfig {
     /// The congestion controller.
     pub(crate) congestion: CongestionControl,
     /// Each channel's share of its priority, in round robin turns.
-    pub(crate) weights: Vec<u32>,
+    pub(crate) weights: PerChannel<u32>,
     /// Whether each channel's small reliable messages get repair copies.
-    pub(crate) repair: Vec<bool>,
+    pub(crate) repair: PerChannel<bool>,
 }
 
 impl TransferConfig {
@@ -113,8 +118,8 @@ impl TransferConfig {
             skip_seed: 0,
             span_limit: crate::seq::FRAME_WINDOW as usize,
             congestion: CongestionControl::default(),
-            weights: vec![1; channels],
-            repair: vec![true; channels],
+            weights: smallvec::smallvec![1; channels],
+            repair: smallvec::smallvec![true; channels],
         }
     }
 }
@@ -137,7 +142,7 @@ pub(crate) struct Transfer {
     rtt: Rtt,
     ping: Ping,
     /// Bytes each channel holds in the queues and in flight.
-    queued: Vec<usize>,
+    queued: PerChannel<usize>,
     stats: TransferStats,
     /// Xorshift state choosing the ids to skip (0: never).
     skip: u64,
@@ -193,7 +198,7 @@ impl Transfer {
             cadence: Cadence::default(),
             rtt: Rtt::new(INITIAL_RTT),
             ping: Ping::default(),
-            queued: vec![0; cfg.channels],
+            queued: smallvec::smallvec![0; cfg.channels],
             stats: TransferStats::default(),
             skip: cfg.skip_seed,
             skipped: VecDeque::new(),
@@ -261,7 +266,7 @@ impl Transfer {
         self.queues.memory()
             + self.inflight.memory()
             + self.receiver.memory()
-            + self.queued.capacity() * size_of::<usize>()
+            + if self.queued.spilled() { self.queued.capacity() * size_of::<usize>() } else { 0 }
             + self.queued.iter().sum::<usize>()
     }
 
