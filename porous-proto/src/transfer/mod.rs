@@ -572,6 +572,7 @@ impl Transfer {
             let Some(m) = self.inflight.message_at(at) else { continue };
             let repairable = self.cfg.repair.get(usize::from(m.channel)).copied().unwrap_or(false);
             if repairable && m.is_reliable() && m.fragment.count == 1 && m.payload.len() <= REPAIR_MAX {
+                crate::lean::room_for_first(&mut self.repair);
                 self.repair.push_back((at, now));
             }
         }

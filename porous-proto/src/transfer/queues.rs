@@ -209,6 +209,7 @@ impl SendQueues {
             }
         }
         debug_assert_eq!(lane.priority, priority, "a channel sends at one priority");
+        crate::lean::room_for_first(&mut lane.queue);
         lane.queue.push_back(m);
         self.live += 1;
         self.selected = None;
