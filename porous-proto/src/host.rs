@@ -590,7 +590,8 @@ impl Host {
             return;
         }
         let slots = &self.slots;
-        self.timers.retain(|t, i, g| slots.get(i as usize).is_some_and(|s| s.generation == g && s.scheduled == Some(t)));
+        self.timers
+            .retain(|t, i, g| slots.get(i as usize).is_some_and(|s| s.generation == g && s.scheduled == Some(t)));
     }
 
     /// The next datagram to send, if any.

@@ -41,7 +41,7 @@ use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
 use crate::transfer::{IdPolicy, OutMessage, PerChannel, Tag, Transfer};
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 pub(crate) use admission::{Budget, ENTRY_OVERHEAD, FrameAdmission, MAX_DISPLACED};
-pub(crate) use recv::{ChannelReceiver, DELIVERED_WORDS, ENTRY_SIZE};
+pub(crate) use recv::{ChannelReceiver, DELIVERED_SIZE, DELIVERED_WORDS, ENTRY_SIZE};
 pub(crate) use send::{ChannelSender, Packet, WindowAck, packet_cost};
 
 /// The channel window constants, parameters so tests can use the spec's small figures.

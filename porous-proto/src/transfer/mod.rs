@@ -266,6 +266,9 @@ impl Transfer {
         self.queues.memory()
             + self.inflight.memory()
             + self.receiver.memory()
+            + self.cc.memory()
+            + self.skipped.capacity() * size_of::<u32>()
+            + self.repair.capacity() * size_of::<(u64, Instant)>()
             + if self.queued.spilled() { self.queued.capacity() * size_of::<usize>() } else { 0 }
             + self.queued.iter().sum::<usize>()
     }
