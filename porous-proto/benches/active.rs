@@ -51,6 +51,11 @@ fn schedule() -> (usize, usize, usize) {
         None => (WARM_UP_TICKS, WINDOW_TICKS, WINDOWS),
     }
 }
+/// The phases of a server tick that are timed apart: reading the datagrams, the sends,
+/// `step`, draining transmits and events.
+const PHASES: usize = 4;
+const PHASE_NAMES: [&str; PHASES] = ["read", "send", "step", "drain"];
+
 /// Every this many ticks the server also sends a reliable event.
 const EVENT_EVERY: u64 = 6;
 
@@ -187,11 +192,16 @@ impl Game {
     }
 
     /// The server's side of a tick (what is timed): read, send state (and events), step,
-    /// transmit, drain events.
-    fn server_io(&mut self, play: bool) {
+    /// transmit, drain events. Returns how long each of those phases took (read, send,
+    /// step, drain). Never inlined, so a profiler can count it alone
+    /// (`valgrind --tool=callgrind --toggle-collect='active::Game::server_io'`).
+    #[inline(never)]
+    fn server_io(&mut self, play: bool) -> [Duration; PHASES] {
+        let start = Instant::now();
         while let Some((from, payload)) = self.to_server.pop_front() {
             self.server.handle_datagram(self.now, from, &payload);
         }
+        let read = Instant::now();
 
         if play {
             let event = self.ticks.is_multiple_of(EVENT_EVERY);
@@ -202,7 +212,9 @@ impl Game {
                 }
             }
         }
+        let sent = Instant::now();
         self.server.step(self.now);
+        let stepped = Instant::now();
         while let Some(t) = self.server.poll_transmit() {
             self.down.datagrams += 1;
             self.down.bytes += t.payload.len() as u64;
@@ -219,19 +231,21 @@ impl Game {
                 _ => {}
             }
         }
+        let drained = Instant::now();
+        [read - start, sent - read, stepped - sent, drained - stepped]
     }
 
-    /// One game tick; returns how long the server's calls took and the allocations they
-    /// made.
-    fn tick(&mut self) -> (Duration, u64) {
+    /// One game tick; returns how long the server's calls took, in all and by phase, and
+    /// the allocations they made.
+    fn tick(&mut self) -> (Duration, [Duration; PHASES], u64) {
         self.now += TICK;
         self.ticks += 1;
         self.client_io(true);
         let region = Region::new(GLOBAL);
         let start = Instant::now();
-        self.server_io(true);
+        let phases = self.server_io(true);
         let took = start.elapsed();
-        (took, region.change().allocations as u64)
+        (took, phases, region.change().allocations as u64)
     }
 }
 
@@ -246,18 +260,28 @@ struct Window {
     up_bytes: f64,
     down_bytes: f64,
     allocs: f64,
+    /// Median ns per peer of each phase over the window's ticks.
+    phases: [f64; PHASES],
 }
 
 fn measure(g: &mut Game, n: usize, ticks: usize) -> Window {
     let (up, down) = (g.up, g.down);
     let mut times = Vec::with_capacity(ticks);
+    let mut phase_times: [Vec<Duration>; PHASES] = Default::default();
     let mut allocs = 0;
     for _ in 0..ticks {
-        let (t, a) = g.tick();
+        let (t, phases, a) = g.tick();
         times.push(t);
+        for (v, p) in phase_times.iter_mut().zip(phases) {
+            v.push(p);
+        }
         allocs += a;
     }
     times.sort();
+    let phases = phase_times.map(|mut v| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64() * 1e9 / n as f64
+    });
     let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize].as_secs_f64();
     let per = (n * ticks) as f64;
     Window {
@@ -269,6 +293,7 @@ fn measure(g: &mut Game, n: usize, ticks: usize) -> Window {
         up_bytes: (g.up.bytes - up.bytes) as f64 / per,
         down_bytes: (g.down.bytes - down.bytes) as f64 / per,
         allocs: allocs as f64 / per,
+        phases,
     }
 }
 
@@ -304,6 +329,7 @@ fn main() {
     empty.step(Instant::now());
     let empty_bytes = live(&empty_region);
     drop(empty);
+    let mut by_phase = Vec::new();
     for n in sizes() {
         let region = Region::new(GLOBAL);
         let mut g = Game::new(n);
@@ -329,5 +355,14 @@ fn main() {
             summary(&windows, |w| w.down_bytes, 1),
             summary(&windows, |w| w.allocs, 3),
         );
+        by_phase.push((n, windows));
+    }
+    println!();
+    println!("Where the time goes: ns per peer per tick by phase, median tick of each phase (medians of the windows)");
+    println!("| peers | {} |", PHASE_NAMES.join(" | "));
+    println!("|---:|{}", "---:|".repeat(PHASES));
+    for (n, windows) in by_phase {
+        let cells: Vec<String> = (0..PHASES).map(|i| summary(&windows, |w| w.phases[i], 0)).collect();
+        println!("| {n} | {} |", cells.join(" | "));
     }
 }

@@ -41,6 +41,7 @@ mod channel;
 mod config;
 mod event;
 mod host;
+mod lean;
 mod limits;
 mod listener;
 mod peer;

@@ -4,7 +4,9 @@
 //! vocabulary, so every layer may read a configuration without importing this module,
 //! and this module imports the layers it measures (downward only).
 
-use crate::channel::{Channel, DELIVERED_WORDS, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, packet_cost};
+use crate::channel::{
+    Channel, DELIVERED_SIZE, DELIVERED_WORDS, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, packet_cost,
+};
 use crate::config::{ConfigError, HostConfig, PeerConfig};
 use crate::peer::Session;
 use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, WINDOW_ACK_SPACING};
@@ -142,10 +144,10 @@ impl MemoryBound {
         // sentinel-only entries are not (at most N_Q / M per channel), nor the markers of
         // displaced passive packets (at most MAX_DISPLACED).
         let sentinels = channels * ((PACKET_WINDOW / WINDOW_ACK_SPACING) as usize + MAX_DISPLACED);
-        // An unordered channel's bitmap of ids delivered beyond its base: one window of
-        // bits, twice over for a growing queue's slack.
+        // An unordered channel's bitmap of ids delivered beyond its base: its box, and one
+        // window of bits, twice over for a growing queue's slack.
         let unordered = cfg.channels.iter().filter(|c| c.unordered).count();
-        let bitmaps = unordered * 2 * DELIVERED_WORDS * size_of::<u64>();
+        let bitmaps = unordered * (DELIVERED_SIZE + 2 * DELIVERED_WORDS * size_of::<u64>());
         let receive = 2 * reassembly + 2 * sentinels * ENTRY_SIZE + bitmaps;
         let send = 5 * queued + span_limit(cfg) * SPAN_COST;
         let fixed = size_of::<Session>() + channels * (size_of::<Channel>() + 2 * size_of::<usize>()) + FIXED_SLACK;

@@ -33,14 +33,15 @@ pub(crate) mod send;
 use std::time::Instant;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use crate::config::{ChannelConfig, Priority};
 use crate::event::SendError;
 use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
-use crate::transfer::{IdPolicy, OutMessage, Tag, Transfer};
+use crate::transfer::{IdPolicy, OutMessage, PerChannel, Tag, Transfer};
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 pub(crate) use admission::{Budget, ENTRY_OVERHEAD, FrameAdmission, MAX_DISPLACED};
-pub(crate) use recv::{ChannelReceiver, DELIVERED_WORDS, ENTRY_SIZE};
+pub(crate) use recv::{ChannelReceiver, DELIVERED_SIZE, DELIVERED_WORDS, ENTRY_SIZE};
 pub(crate) use send::{ChannelSender, Packet, WindowAck, packet_cost};
 
 /// The channel window constants, parameters so tests can use the spec's small figures.
@@ -203,9 +204,12 @@ pub(crate) struct ChannelCounters {
 /// Every channel of one connection, with their queue limits and shared reassembly budget.
 #[derive(Debug)]
 pub(crate) struct Channels {
-    channels: Vec<Channel>,
+    /// Inline for the usual few channels: they are reached on every datagram and every
+    /// send, and inline they share the connection's allocation instead of taking a heap
+    /// block (and a cache miss) of their own.
+    channels: SmallVec<[Channel; 4]>,
     /// Each channel's `max_queued_bytes`.
-    caps: Vec<usize>,
+    caps: PerChannel<usize>,
     budget: Budget,
     /// The largest packet this side may send (negotiated).
     send_max_packet: usize,
@@ -392,9 +396,10 @@ impl Channels {
 
     /// Heap bytes of the channels' own structures and the reassembly memory.
     pub(crate) fn memory(&self) -> usize {
-        self.channels.capacity() * size_of::<Channel>()
+        let spilled = |bytes: usize, spilled: bool| if spilled { bytes } else { 0 };
+        spilled(self.channels.capacity() * size_of::<Channel>(), self.channels.spilled())
             + self.channels.iter().map(|c| c.send.memory() + c.recv.memory()).sum::<usize>()
-            + self.caps.capacity() * size_of::<usize>()
+            + spilled(self.caps.capacity() * size_of::<usize>(), self.caps.spilled())
             + self.budget.used()
     }
 

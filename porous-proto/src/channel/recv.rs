@@ -129,6 +129,9 @@ pub(super) struct Delivered {
 /// Most words of a [`Delivered`] bitmap at the protocol's window.
 pub(crate) const DELIVERED_WORDS: usize = crate::seq::PACKET_WINDOW as usize / 64 + 1;
 
+/// Heap bytes of a [`Delivered`] bitmap's own box, besides its words.
+pub(crate) const DELIVERED_SIZE: usize = size_of::<Delivered>();
+
 impl Delivered {
     fn contains(&self, id: u32) -> bool {
         let off = SeqSpace::PACKET.distance(self.start, id) as usize;
@@ -186,8 +189,9 @@ pub(crate) struct ChannelReceiver {
     pub(super) displaced: usize,
     /// Delivers each packet as soon as it is complete (reliable packets only).
     pub(super) unordered: bool,
-    /// On an unordered channel, the ids delivered beyond `base`.
-    delivered: Delivered,
+    /// On an unordered channel (only), the ids delivered beyond `base`: boxed, so the
+    /// ordered channels most connections use carry a pointer instead of its room.
+    delivered: Option<Box<Delivered>>,
 }
 
 impl ChannelReceiver {
@@ -205,13 +209,14 @@ impl ChannelReceiver {
             attached: 0,
             displaced: 0,
             unordered: false,
-            delivered: Delivered::default(),
+            delivered: None,
         }
     }
 
     /// Makes the channel unordered (see the module docs).
     pub(crate) fn with_unordered(mut self, unordered: bool) -> Self {
         self.unordered = unordered;
+        self.delivered = unordered.then(Box::default);
         self
     }
 
@@ -233,7 +238,7 @@ impl ChannelReceiver {
     /// Whether `id` may still be delivered: inside the window, and on an unordered channel
     /// not delivered already.
     pub(super) fn is_new(&self, id: u32) -> bool {
-        self.offset(id) < self.params.window && !(self.unordered && self.delivered.contains(id))
+        self.offset(id) < self.params.window && !self.delivered.as_deref().is_some_and(|d| d.contains(id))
     }
 
     pub(super) fn dependency_met(&self, id: u32, dependency: u32) -> bool {
@@ -287,8 +292,9 @@ impl ChannelReceiver {
     /// Notes that `id` was delivered on an unordered channel, and moves the base past
     /// every delivered id it reaches.
     fn mark_delivered(&mut self, id: u32) {
-        self.delivered.insert(self.base, id);
-        let to = self.delivered.advance(self.base);
+        let Some(delivered) = self.delivered.as_deref_mut() else { return };
+        delivered.insert(self.base, id);
+        let to = delivered.advance(self.base);
         self.advance(to);
     }
 
@@ -429,14 +435,17 @@ impl ChannelReceiver {
                 return true;
             }
             self.release(e, budget);
-            self.delivered.insert(self.base, e.id);
+            if let Some(delivered) = self.delivered.as_deref_mut() {
+                delivered.insert(self.base, e.id);
+            }
             if let Some(data) = e.take_data() {
                 out(data, SendMode::Reliable);
             }
             false
         });
         self.queue = queue;
-        let to = self.delivered.advance(self.base);
+        let base = self.base;
+        let to = self.delivered.as_deref_mut().map_or(base, |d| d.advance(base));
         self.advance(to);
     }
 
@@ -459,7 +468,8 @@ impl ChannelReceiver {
 
     /// Bytes of the receive queue's own storage (its data is charged to the budget).
     pub(crate) fn memory(&self) -> usize {
-        self.queue.capacity() * size_of::<Entry>() + self.delivered.memory()
+        self.queue.capacity() * size_of::<Entry>()
+            + self.delivered.as_deref().map_or(0, |d| size_of::<Delivered>() + d.memory())
     }
 
     /// Copies every whole packet that still shares a datagram buffer into its own.

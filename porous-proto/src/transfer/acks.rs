@@ -202,7 +202,10 @@ impl Receiver {
                     r.repeats = ACK_REPEATS;
                 }
             }
-            (false, false) => self.ranges.insert(pos, KeptRange { first: k, last: k, repeats: ACK_REPEATS }),
+            (false, false) => {
+                crate::lean::room_for_first(&mut self.ranges);
+                self.ranges.insert(pos, KeptRange { first: k, last: k, repeats: ACK_REPEATS });
+            }
         }
     }
 

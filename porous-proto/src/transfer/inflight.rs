@@ -185,6 +185,7 @@ impl InFlight {
 
     /// Appends a message to the store for the frame being assembled.
     pub(crate) fn store_message(&mut self, m: OutMessage) {
+        crate::lean::room_for_first(&mut self.store);
         self.store.push_back(Some(m));
     }
 
@@ -219,6 +220,7 @@ impl InFlight {
         let id = self.next;
         self.next = SeqSpace::FRAME.add(id, 1);
         let serial = self.take_serial(id, now);
+        crate::lean::room_for_first(&mut self.frames);
         self.frames.push_back(Frame {
             id,
             state: State::InFlight,
@@ -272,6 +274,7 @@ impl InFlight {
         }
         let serial = self.next_serial;
         self.next_serial += 1;
+        crate::lean::room_for_first(&mut self.sent);
         self.sent.push_back(Sent { serial, id, at });
         serial
     }

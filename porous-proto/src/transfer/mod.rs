@@ -68,6 +68,11 @@ pub(crate) trait IdPolicy {
     fn short_id(&self, channel: u8, id: u32) -> bool;
 }
 
+/// A value per channel, inline for the usual few channels: a connection's small tables
+/// live in its own allocation rather than in heap blocks of their own, each one more
+/// cache miss on the paths that read them for every message.
+pub(crate) type PerChannel<T> = SmallVec<[T; 4]>;
+
 /// Parameters of one connection's transfer layer.
 #[derive(Clone, Debug)]
 pub(crate) struct TransferConfig {
@@ -95,9 +100,9 @@ pub(crate) struct TransferConfig {
     /// The congestion controller.
     pub(crate) congestion: CongestionControl,
     /// Each channel's share of its priority, in round robin turns.
-    pub(crate) weights: Vec<u32>,
+    pub(crate) weights: PerChannel<u32>,
     /// Whether each channel's small reliable messages get repair copies.
-    pub(crate) repair: Vec<bool>,
+    pub(crate) repair: PerChannel<bool>,
 }
 
 impl TransferConfig {
@@ -113,8 +118,8 @@ impl TransferConfig {
             skip_seed: 0,
             span_limit: crate::seq::FRAME_WINDOW as usize,
             congestion: CongestionControl::default(),
-            weights: vec![1; channels],
-            repair: vec![true; channels],
+            weights: smallvec::smallvec![1; channels],
+            repair: smallvec::smallvec![true; channels],
         }
     }
 }
@@ -137,7 +142,7 @@ pub(crate) struct Transfer {
     rtt: Rtt,
     ping: Ping,
     /// Bytes each channel holds in the queues and in flight.
-    queued: Vec<usize>,
+    queued: PerChannel<usize>,
     stats: TransferStats,
     /// Xorshift state choosing the ids to skip (0: never).
     skip: u64,
@@ -194,7 +199,7 @@ impl Transfer {
             cadence: Cadence::default(),
             rtt: Rtt::new(INITIAL_RTT),
             ping: Ping::default(),
-            queued: vec![0; cfg.channels],
+            queued: smallvec::smallvec![0; cfg.channels],
             stats: TransferStats::default(),
             skip: cfg.skip_seed,
             skipped: VecDeque::new(),
@@ -262,7 +267,10 @@ impl Transfer {
         self.queues.memory()
             + self.inflight.memory()
             + self.receiver.memory()
-            + self.queued.capacity() * size_of::<usize>()
+            + self.cc.memory()
+            + self.skipped.capacity() * size_of::<u32>()
+            + self.repair.capacity() * size_of::<(u64, Instant)>()
+            + if self.queued.spilled() { self.queued.capacity() * size_of::<usize>() } else { 0 }
             + self.queued.iter().sum::<usize>()
     }
 
@@ -320,13 +328,32 @@ impl Transfer {
     ) -> Option<usize> {
         let mtu = self.cfg.mtu;
         let cwnd = self.cc.window();
-        let mut ranges: SmallVec<[AckRange; MAX_RANGES]> = SmallVec::new();
         let acks_due = self.receiver.ack_due();
         // Due acknowledgements and echoes wait for a datagram that goes anyway, while this
         // side's next frame is expected soon; then they go alone.
         let acks_urgent = self.receiver.ack_urgent(now, &self.cadence);
         let echo_urgent = self.ping.echo_deadline(&self.cadence).is_some_and(|t| now >= t);
         let keepalive = self.keepalive_at().is_none_or(|t| now >= t);
+        let rate = self.cc.pacing_rate();
+        if let Some(rate) = rate {
+            self.pacer.refill(now, rate, pacing::depth(rate, self.rtt.step(), mtu));
+        }
+        self.pacing_wait = None;
+        // Nothing to resend, nothing queued, no probe, and nothing that must go alone: no
+        // datagram. Every flush ends with such a call, so it is answered before the
+        // acknowledgement ranges and the frame are worked out (what follows would reach
+        // the same answer, `goes` false, with the same bookkeeping).
+        if !(self.inflight.has_lost()
+            || !self.queues.is_empty()
+            || self.probe_due(now)
+            || acks_urgent
+            || echo_urgent
+            || keepalive)
+        {
+            self.delivery.on_app_limited(self.inflight.flight());
+            return None;
+        }
+        let mut ranges: SmallVec<[AckRange; MAX_RANGES]> = SmallVec::new();
         // The delay field rides with any acknowledgement: its bytes count wherever the
         // section's do.
         let ack_delay = self.receiver.ack_delay(now);
@@ -337,11 +364,6 @@ impl Transfer {
         }
         let ack_len = if ranges.is_empty() { 0 } else { crate::wire::ack_section_len(&ranges) + delay_len };
         let echo = self.ping.echo();
-        let rate = self.cc.pacing_rate();
-        if let Some(rate) = rate {
-            self.pacer.refill(now, rate, pacing::depth(rate, self.rtt.step(), mtu));
-        }
-        self.pacing_wait = None;
 
         // Choose the frame, if any: a resend first, else a new frame; either only when the
         // pacer lets one go.
@@ -554,6 +576,7 @@ impl Transfer {
             let Some(m) = self.inflight.message_at(at) else { continue };
             let repairable = self.cfg.repair.get(usize::from(m.channel)).copied().unwrap_or(false);
             if repairable && m.is_reliable() && m.fragment.count == 1 && m.payload.len() <= REPAIR_MAX {
+                crate::lean::room_for_first(&mut self.repair);
                 self.repair.push_back((at, now));
             }
         }

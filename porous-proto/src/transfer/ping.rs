@@ -18,7 +18,11 @@ pub(crate) const REMEMBERED: usize = 8;
 #[derive(Debug, Default)]
 pub(crate) struct Ping {
     next_id: u8,
-    recent: [Option<(u8, Instant)>; REMEMBERED],
+    /// The recent pings, ping `id` in slot `id % REMEMBERED`: its id and when it was sent
+    /// (`None` once answered). Ids and times apart, as a tuple of the two would pad each
+    /// id to 8 bytes.
+    recent_ids: [u8; REMEMBERED],
+    recent_at: [Option<Instant>; REMEMBERED],
     last_sent: Option<Instant>,
     echo: Option<u8>,
     /// When the echo owed was first owed.
@@ -43,8 +47,10 @@ impl Ping {
     pub(crate) fn send(&mut self, now: Instant) -> u8 {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        if let Some(slot) = self.recent.get_mut(usize::from(id) % REMEMBERED) {
-            *slot = Some((id, now));
+        let slot = usize::from(id) % REMEMBERED;
+        if let (Some(i), Some(at)) = (self.recent_ids.get_mut(slot), self.recent_at.get_mut(slot)) {
+            *i = id;
+            *at = Some(now);
         }
         self.last_sent = Some(now);
         id
@@ -76,14 +82,12 @@ impl Ping {
 
     /// The peer echoed `id`: the round-trip sample, if it echoes a remembered ping.
     pub(crate) fn on_echo(&mut self, now: Instant, id: u8) -> Option<Duration> {
-        let slot = self.recent.get_mut(usize::from(id) % REMEMBERED)?;
-        match *slot {
-            Some((sent, at)) if sent == id => {
-                *slot = None;
-                Some(now.saturating_duration_since(at))
-            }
-            _ => None,
+        let slot = usize::from(id) % REMEMBERED;
+        if self.recent_ids.get(slot) != Some(&id) {
+            return None;
         }
+        let at = self.recent_at.get_mut(slot)?.take()?;
+        Some(now.saturating_duration_since(at))
     }
 }
 

@@ -1,9 +1,9 @@
 //! The send queues (spec §3.1, Figure 5), with fair sharing between channels.
 //!
 //! Messages wait here until frame assembly takes them: every high priority message before
-//! any low priority one (the spec's two queues). Within a priority each channel has its own
-//! FIFO lane, so a channel's messages leave in the order it queued them, and the lanes
-//! share by bytes, deficit round robin: each turn a lane may send its weight times a
+//! any low priority one (the spec's two queues). Each channel has its own FIFO lane, served
+//! at the channel's one priority, so a channel's messages leave in the order it queued
+//! them, and the lanes of a priority share by bytes, deficit round robin: each turn a lane may send its weight times a
 //! datagram's worth, so a channel of large fragmented packets delays a channel of small
 //! ones by about one datagram, not by a whole packet. Ahead of that round, a lane whose
 //! next message is unreliable goes first: time-critical data does not wait behind bulk
@@ -19,15 +19,16 @@
 //! when its channel runs out of queue space, or is replaced by a newer message on a
 //! "latest only" channel.
 //!
-//! Invariants: `live` is the number of queued messages; a lane is in its level's `active`
-//! list exactly when it holds messages; `selected` names the lane [`SendQueues::front`]
-//! last returned the head of, until [`SendQueues::pop`] takes it or anything else changes
-//! the queues.
+//! Invariants: `live` is the number of queued messages; a lane is in the `active` list of
+//! its priority's level exactly when it holds messages; `selected` names the lane
+//! [`SendQueues::front`] last returned the head of, until [`SendQueues::pop`] takes it or
+//! anything else changes the queues.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use crate::config::Priority;
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
@@ -127,109 +128,99 @@ impl OutMessage {
     }
 }
 
-/// One channel's messages at one priority.
-#[derive(Debug, Default)]
+/// One channel's messages. A channel sends at one priority (the channel layer queues
+/// every message of a channel at the channel's priority), so it has one lane, filed in
+/// the active list of that priority's level.
+#[derive(Debug)]
 struct Lane {
     queue: VecDeque<OutMessage>,
     /// Bytes the lane may still send this turn.
     deficit: usize,
     weight: usize,
+    /// The level the lane is served at while it holds messages.
+    priority: Priority,
 }
 
-/// The lanes of one priority.
-#[derive(Debug, Default)]
-struct Level {
-    lanes: Vec<Lane>,
-    /// Lanes with messages, in round robin order.
-    active: VecDeque<u8>,
-}
-
-impl Level {
-    /// Queues `m` in its channel's lane, making the lane if it is the channel's first.
-    fn push(&mut self, m: OutMessage) {
-        let channel = m.channel;
-        let i = usize::from(channel);
-        if self.lanes.len() <= i {
-            self.lanes.resize_with(i + 1, || Lane { weight: 1, ..Lane::default() });
-        }
-        if let Some(lane) = self.lanes.get_mut(i) {
-            lane.queue.push_back(m);
-            if lane.queue.len() == 1 {
-                self.active.push_back(channel);
-            }
-        }
+impl Lane {
+    fn new(weight: u32) -> Self {
+        Self { queue: VecDeque::new(), deficit: 0, weight: weight.max(1) as usize, priority: Priority::High }
     }
-
-    fn deactivate(&mut self, channel: u8) {
-        if let Some(lane) = self.lanes.get_mut(usize::from(channel)) {
-            lane.deficit = 0;
-        }
-        if let Some(pos) = self.active.iter().position(|&c| c == channel) {
-            self.active.remove(pos);
-        }
-    }
-}
-
-/// The send queues of one connection.
-#[derive(Debug, Default)]
-pub(crate) struct SendQueues {
-    high: Level,
-    low: Level,
-    live: usize,
-    /// The lane whose head [`SendQueues::front`] returned: its level and channel.
-    selected: Option<(Priority, u8)>,
 }
 
 /// The levels in the order they are served.
 const LEVELS: [Priority; 2] = [Priority::High, Priority::Low];
+
+/// Index of a level in [`SendQueues::active`].
+fn level(priority: Priority) -> usize {
+    match priority {
+        Priority::High => 0,
+        Priority::Low => 1,
+    }
+}
+
+/// Channels with messages at one level, in round robin order. Inline: a connection has a
+/// few channels, and a list on the heap of its own would be one more cache miss per
+/// message queued.
+type Active = SmallVec<[u8; 8]>;
+
+/// The send queues of one connection.
+#[derive(Debug, Default)]
+pub(crate) struct SendQueues {
+    /// One lane per channel, inline for the usual few channels (a heap block per
+    /// connection fewer to reach on every send and every flush).
+    lanes: SmallVec<[Lane; 4]>,
+    /// Per level (see [`level`]): the channels with messages, in round robin order.
+    active: [Active; 2],
+    live: usize,
+    /// The channel whose head [`SendQueues::front`] returned.
+    selected: Option<u8>,
+}
 
 impl SendQueues {
     /// Stamps the deadlines of messages queued since the last stamp, as counted from
     /// `now`. Those are the newest of their lanes, so each lane is walked from its back
     /// only as far as they go.
     pub(crate) fn stamp(&mut self, now: Instant) {
-        for level in [&mut self.high, &mut self.low] {
-            for lane in &mut level.lanes {
-                for m in lane.queue.iter_mut().rev() {
-                    let Tag::Within(d) = m.tag else { break };
-                    m.tag = stamped(now, d);
-                }
+        for lane in &mut self.lanes {
+            for m in lane.queue.iter_mut().rev() {
+                let Tag::Within(d) = m.tag else { break };
+                m.tag = stamped(now, d);
             }
         }
     }
 
     /// Queues with the round robin weights of the channels (1 for any not given).
     pub(crate) fn new(weights: &[u32]) -> Self {
-        let mut q = Self::default();
-        for level in [&mut q.high, &mut q.low] {
-            level.lanes = weights.iter().map(|&w| Lane { weight: w.max(1) as usize, ..Lane::default() }).collect();
-        }
-        q
+        Self { lanes: weights.iter().map(|&w| Lane::new(w)).collect(), ..Self::default() }
     }
 
-    fn level(&mut self, priority: Priority) -> &mut Level {
-        match priority {
-            Priority::High => &mut self.high,
-            Priority::Low => &mut self.low,
-        }
-    }
-
+    /// Queues `m` at `priority`, the priority of its channel.
     pub(crate) fn push(&mut self, priority: Priority, m: OutMessage) {
-        self.level(priority).push(m);
+        let channel = m.channel;
+        let i = usize::from(channel);
+        if self.lanes.len() <= i {
+            self.lanes.resize_with(i + 1, || Lane::new(1));
+        }
+        let Some(lane) = self.lanes.get_mut(i) else { return };
+        if lane.queue.is_empty() {
+            lane.priority = priority;
+            if let Some(active) = self.active.get_mut(level(priority)) {
+                active.push(channel);
+            }
+        }
+        debug_assert_eq!(lane.priority, priority, "a channel sends at one priority");
+        crate::lean::room_for_first(&mut lane.queue);
+        lane.queue.push_back(m);
         self.live += 1;
         self.selected = None;
     }
 
     /// Bytes of the queues' own storage (payloads are counted by their channels).
     pub(crate) fn memory(&self) -> usize {
-        [&self.high, &self.low]
-            .iter()
-            .map(|l| {
-                l.active.capacity()
-                    + l.lanes.capacity() * size_of::<Lane>()
-                    + l.lanes.iter().map(|lane| lane.queue.capacity() * size_of::<OutMessage>()).sum::<usize>()
-            })
-            .sum()
+        let spilled = |bytes: usize, spilled: bool| if spilled { bytes } else { 0 };
+        spilled(self.lanes.capacity() * size_of::<Lane>(), self.lanes.spilled())
+            + self.active.iter().map(|a| spilled(a.capacity(), a.spilled())).sum::<usize>()
+            + self.lanes.iter().map(|lane| lane.queue.capacity() * size_of::<OutMessage>()).sum::<usize>()
     }
 
     /// Number of messages waiting.
@@ -242,11 +233,21 @@ impl SendQueues {
         self.live == 0
     }
 
+    /// Takes `channel` out of its level's round robin (its lane is empty).
+    fn deactivate(&mut self, channel: u8) {
+        let Some(lane) = self.lanes.get_mut(usize::from(channel)) else { return };
+        lane.deficit = 0;
+        if let Some(active) = self.active.get_mut(level(lane.priority))
+            && let Some(pos) = active.iter().position(|&c| c == channel)
+        {
+            active.remove(pos);
+        }
+    }
+
     /// Drops the expired unreliable messages at the head of `channel`'s lane.
-    fn expire_head(&mut self, level: Priority, channel: u8, now: Instant, expired: &mut impl FnMut(&OutMessage)) {
+    fn expire_head(&mut self, channel: u8, now: Instant, expired: &mut impl FnMut(&OutMessage)) {
         let mut gone = 0;
-        let lvl = self.level(level);
-        let Some(lane) = lvl.lanes.get_mut(usize::from(channel)) else { return };
+        let Some(lane) = self.lanes.get_mut(usize::from(channel)) else { return };
         while lane.queue.front().is_some_and(|m| m.is_unreliable_data() && m.expired(now)) {
             if let Some(m) = lane.queue.pop_front() {
                 expired(&m);
@@ -254,7 +255,7 @@ impl SendQueues {
             }
         }
         if lane.queue.is_empty() {
-            lvl.deactivate(channel);
+            self.deactivate(channel);
         }
         self.live -= gone;
     }
@@ -264,27 +265,31 @@ impl SendQueues {
     /// it.
     pub(crate) fn front(&mut self, now: Instant, mut expired: impl FnMut(&OutMessage)) -> Option<&OutMessage> {
         self.selected = None;
-        for level in LEVELS {
-            // Heads that expired go first, so what is chosen below is sendable.
-            let channels: smallvec::SmallVec<[u8; 8]> = self.level(level).active.iter().copied().collect();
-            for &c in &channels {
-                self.expire_head(level, c, now, &mut expired);
+        for l in LEVELS.map(level) {
+            // Heads that expired go first, so what is chosen below is sendable. A lane
+            // left empty leaves the list, so the walk stays at its position then.
+            let mut i = 0;
+            while let Some(&c) = self.active.get(l).and_then(|a| a.get(i)) {
+                self.expire_head(c, now, &mut expired);
+                if self.active.get(l).and_then(|a| a.get(i)) == Some(&c) {
+                    i += 1;
+                }
             }
-            let lvl = self.level(level);
-            if lvl.active.is_empty() {
+            let (lanes, Some(active)) = (&mut self.lanes, self.active.get_mut(l)) else { continue };
+            if active.is_empty() {
                 continue;
             }
             // Time-critical first: a lane whose next message is unreliable.
-            let urgent = lvl.active.iter().copied().find(|&c| {
-                lvl.lanes.get(usize::from(c)).and_then(|l| l.queue.front()).is_some_and(OutMessage::is_unreliable_data)
+            let urgent = active.iter().copied().find(|&c| {
+                lanes.get(usize::from(c)).and_then(|l| l.queue.front()).is_some_and(OutMessage::is_unreliable_data)
             });
             let channel = match urgent {
                 Some(c) => c,
                 None => loop {
                     // Deficit round robin: the lane at the front sends while its turn lasts.
-                    let c = *lvl.active.front()?;
-                    let Some(lane) = lvl.lanes.get_mut(usize::from(c)) else {
-                        lvl.active.pop_front();
+                    let c = *active.first()?;
+                    let Some(lane) = lanes.get_mut(usize::from(c)) else {
+                        active.remove(0);
                         continue;
                     };
                     let cost = lane.queue.front().map_or(0, OutMessage::turn_cost);
@@ -292,27 +297,29 @@ impl SendQueues {
                         break c;
                     }
                     lane.deficit += lane.weight * QUANTUM;
-                    lvl.active.rotate_left(1);
+                    active.rotate_left(1);
                 },
             };
-            self.selected = Some((level, channel));
-            return self.level(level).lanes.get(usize::from(channel)).and_then(|l| l.queue.front());
+            self.selected = Some(channel);
+            return self.lanes.get(usize::from(channel)).and_then(|l| l.queue.front());
         }
         None
     }
 
     /// Takes the message [`SendQueues::front`] returned.
     pub(crate) fn pop(&mut self) -> Option<OutMessage> {
-        let (level, channel) = self.selected.take()?;
-        let lvl = self.level(level);
-        let lane = lvl.lanes.get_mut(usize::from(channel))?;
+        let channel = self.selected.take()?;
+        let lane = self.lanes.get_mut(usize::from(channel))?;
         let m = lane.queue.pop_front()?;
         lane.deficit = lane.deficit.saturating_sub(m.turn_cost());
         if lane.queue.is_empty() {
-            lvl.deactivate(channel);
-        } else if lane.deficit == 0 && lvl.active.front() == Some(&channel) {
+            self.deactivate(channel);
+        } else if lane.deficit == 0
+            && let Some(active) = self.active.get_mut(level(lane.priority))
+            && active.first() == Some(&channel)
+        {
             // The turn is over: the next lane's.
-            lvl.active.rotate_left(1);
+            active.rotate_left(1);
         }
         self.live -= 1;
         Some(m)
@@ -326,25 +333,23 @@ impl SendQueues {
         let mut freed = 0;
         let mut victim: Option<u32> = None;
         let mut removed = 0;
-        for lvl in [&mut self.high, &mut self.low] {
-            let Some(lane) = lvl.lanes.get_mut(usize::from(channel)) else { continue };
-            lane.queue.retain(|m| {
-                if !m.is_unreliable_data() {
-                    return true;
-                }
-                match victim {
-                    Some(id) if id == m.id => {}
-                    _ if freed >= need => return true,
-                    _ => victim = Some(m.id),
-                }
-                freed += m.cost();
-                dropped(m);
-                removed += 1;
-                false
-            });
-            if lane.queue.is_empty() {
-                lvl.deactivate(channel);
+        let Some(lane) = self.lanes.get_mut(usize::from(channel)) else { return 0 };
+        lane.queue.retain(|m| {
+            if !m.is_unreliable_data() {
+                return true;
             }
+            match victim {
+                Some(id) if id == m.id => {}
+                _ if freed >= need => return true,
+                _ => victim = Some(m.id),
+            }
+            freed += m.cost();
+            dropped(m);
+            removed += 1;
+            false
+        });
+        if lane.queue.is_empty() {
+            self.deactivate(channel);
         }
         self.live -= removed;
         self.selected = None;
@@ -353,15 +358,13 @@ impl SendQueues {
 
     /// Unreliable packets of `channel` queued (counted once however many fragments).
     pub(crate) fn queued_unreliable(&self, channel: u8) -> usize {
+        let Some(lane) = self.lanes.get(usize::from(channel)) else { return 0 };
         let mut count = 0;
-        for lvl in [&self.high, &self.low] {
-            let Some(lane) = lvl.lanes.get(usize::from(channel)) else { continue };
-            let mut last = None;
-            for m in lane.queue.iter().filter(|m| m.is_unreliable_data()) {
-                if last != Some(m.id) {
-                    count += 1;
-                    last = Some(m.id);
-                }
+        let mut last = None;
+        for m in lane.queue.iter().filter(|m| m.is_unreliable_data()) {
+            if last != Some(m.id) {
+                count += 1;
+                last = Some(m.id);
             }
         }
         count
@@ -369,14 +372,14 @@ impl SendQueues {
 
     /// Removes every queued message, calling `f` with each.
     pub(crate) fn clear(&mut self, mut f: impl FnMut(&OutMessage)) {
-        for lvl in [&mut self.high, &mut self.low] {
-            for lane in &mut lvl.lanes {
-                for m in lane.queue.drain(..) {
-                    f(&m);
-                }
-                lane.deficit = 0;
+        for lane in &mut self.lanes {
+            for m in lane.queue.drain(..) {
+                f(&m);
             }
-            lvl.active.clear();
+            lane.deficit = 0;
+        }
+        for active in &mut self.active {
+            active.clear();
         }
         self.live = 0;
         self.selected = None;

@@ -84,10 +84,12 @@ fn figure_5_high_priority_first_and_the_window_limits_the_last_frame() {
     c.congestion = CongestionControl::Aimd; // the spec's window, unpaced
     let mut a = Transfer::new(c, 0, 0);
     let b = Transfer::new(cfg(900), 0, 0);
+    // Channel 0 sends at high priority, channel 1 at low (a channel has one priority).
     for (id, prio) in
         [(0, Priority::High), (1, Priority::Low), (2, Priority::High), (3, Priority::High), (4, Priority::Low)]
     {
-        a.enqueue(prio, message(0, id, SendMode::Reliable, 400));
+        let channel = if prio == Priority::High { 0 } else { 1 };
+        a.enqueue(prio, message(channel, id, SendMode::Reliable, 400));
     }
     let key = Key::connection(1, 2);
     let sent = flush(&mut a, t0, key);

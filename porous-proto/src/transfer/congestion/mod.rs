@@ -53,11 +53,12 @@ pub(crate) struct AckEvent {
     pub(crate) spurious: usize,
 }
 
-/// The controller of one connection.
+/// The controller of one connection. Both kinds boxed: the enum is a pointer in the
+/// connection's transfer layer, not the room of the larger kind inline.
 #[derive(Debug)]
 pub(crate) enum Controller {
     Model(Box<Model>),
-    Aimd(Aimd),
+    Aimd(Box<Aimd>),
 }
 
 /// What a controller is made from.
@@ -76,7 +77,7 @@ impl Controller {
     pub(crate) fn new(kind: CongestionControl, limits: Limits) -> Self {
         match kind {
             CongestionControl::Aimd => {
-                Self::Aimd(Aimd::new(limits.mtu, limits.initial_window, limits.bandwidth, limits.ceiling))
+                Self::Aimd(Box::new(Aimd::new(limits.mtu, limits.initial_window, limits.bandwidth, limits.ceiling)))
             }
             CongestionControl::Model => Self::Model(Box::new(Model::new(limits))),
         }
@@ -141,6 +142,14 @@ impl Controller {
         match self {
             Self::Model(m) => m.stats(),
             Self::Aimd(a) => a.stats(),
+        }
+    }
+
+    /// Heap bytes of the controller's box.
+    pub(crate) fn memory(&self) -> usize {
+        match self {
+            Self::Model(_) => size_of::<Model>(),
+            Self::Aimd(_) => size_of::<Aimd>(),
         }
     }
 }
