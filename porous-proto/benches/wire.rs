@@ -12,9 +12,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use porous_proto::seq::SeqSpace;
 use porous_proto::wire::{
-    AckRange, ConnectRequest, Control, Data, DataHeader, DataWriter, Expand, Fragment, Key, Message, MessageKind,
+    AckRange, ConnectRequest, Control, Data, DataHeader, DataWriter, FixedRefs, Fragment, Key, Message, MessageKind,
     SendMode,
 };
 
@@ -22,25 +21,7 @@ const PAYLOAD: [u8; 32] = [0xAA; 32];
 
 /// A receiver's windows, fixed: frame ids near `frame`, acknowledged ids below
 /// `ack_limit`, packet ids near `packet`.
-struct Refs {
-    frame: u32,
-    ack_limit: u32,
-    packet: u32,
-}
-
-impl Expand for Refs {
-    fn frame_id(&self, truncated: u32, bytes: u32) -> u32 {
-        SeqSpace::FRAME.expand(truncated, 8 * bytes, self.frame)
-    }
-    fn ack_largest(&self, truncated: u16) -> u32 {
-        SeqSpace::FRAME.expand_below(u32::from(truncated), 16, self.ack_limit)
-    }
-    fn packet_id(&self, _channel: u8, truncated: u16) -> u32 {
-        SeqSpace::PACKET.expand(u32::from(truncated), 16, self.packet)
-    }
-}
-
-const REFS: Refs = Refs { frame: 0x1_0020, ack_limit: 0x1_0040, packet: 0x05_0000 };
+const REFS: FixedRefs = FixedRefs { frame: 0x1_0020, ack_limit: 0x1_0040, packet: 0x05_0000 };
 
 fn key() -> Key {
     Key::connection(0x1234_5678, 0x9ABC_DEF0)

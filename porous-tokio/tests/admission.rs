@@ -1,125 +1,32 @@
 //! Connect data, manual admission and disconnect codes over loopback UDP, on tokio's
-//! current-thread and multi-thread runtimes. Deadlines, never sleeps.
+//! current-thread and multi-thread runtimes (the scenarios shared by every runtime are in
+//! porous-async/tests/common/admission.rs). Deadlines, never sleeps.
 
-use std::future::Future;
 use std::time::Duration;
 
-use porous_tokio::{Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SendMode};
+use scenarios::{admission_errors_are_reported, bind, connect_data_admission_and_disconnect_codes};
+
+/// What the shared scenarios use, from this crate and this runtime.
+mod rt {
+    use std::future::Future;
+
+    pub(crate) use porous_tokio::{
+        Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SendMode,
+    };
+
+    /// Spawns `task` on the test's runtime; awaiting the result gives its output.
+    pub(crate) fn spawn<T: Send + 'static>(task: impl Future<Output = T> + Send + 'static) -> impl Future<Output = T> {
+        let handle = tokio::spawn(task);
+        async move { handle.await.expect("a spawned task panicked") }
+    }
+}
+
+#[path = "../../porous-async/tests/common/admission.rs"]
+mod scenarios;
+
+use rt::{DisconnectReason, Error, HostConfig, spawn};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-/// Spawns `task` on the test's runtime; awaiting the result gives its output.
-fn spawn<T: Send + 'static>(task: impl Future<Output = T> + Send + 'static) -> impl Future<Output = T> {
-    let handle = tokio::spawn(task);
-    async move { handle.await.expect("a spawned task panicked") }
-}
-
-async fn bind(config: &HostConfig) -> Host {
-    Host::bind("127.0.0.1:0", config.clone()).await.expect("bind")
-}
-
-fn manual() -> HostConfig {
-    let mut config = HostConfig::default();
-    config.manual_accept = true;
-    config
-}
-
-/// A server that decides on each request reads the connect data, rejects one client with
-/// a code (which that client reads), admits another, and a disconnection code travels
-/// each way.
-async fn connect_data_admission_and_disconnect_codes() {
-    let server = bind(&manual()).await;
-    let addr = server.local_addr();
-    let (alice, mallory) = (bind(&HostConfig::default()).await, bind(&HostConfig::default()).await);
-
-    // The server decides on the first two requests from their data, in whatever order
-    // they arrive.
-    let deciding = spawn({
-        let server = server.clone();
-        async move {
-            let mut admitted = None;
-            for _ in 0..2 {
-                let request = server.incoming().await.expect("a request");
-                if request.data().starts_with(b"v1 ") {
-                    let id = request.id();
-                    let peer = request.accept().await.expect("admitted");
-                    assert_eq!(peer.id(), id);
-                    admitted = Some(peer);
-                } else {
-                    assert_eq!(&request.data()[..], b"v0 ticket:forged");
-                    request.reject(403);
-                }
-            }
-            admitted.expect("alice was admitted")
-        }
-    });
-    let refused = spawn({
-        let mallory = mallory.clone();
-        async move { mallory.connect_with(addr, &b"v0 ticket:forged"[..]).await }
-    });
-    let to_server = alice.connect_with(addr, b"v1 ticket:alice".to_vec()).await.expect("alice connects");
-    let to_alice = deciding.await;
-    match refused.await {
-        Err(Error::Failed(reason)) => assert_eq!(reason, DisconnectReason::Rejected { code: 403 }),
-        other => panic!("mallory was not rejected: {other:?}"),
-    }
-    assert_eq!(&to_alice.connect_data()[..], b"v1 ticket:alice");
-    assert_eq!(to_alice.remote(), alice.local_addr());
-    assert!(to_server.connect_data().is_empty(), "replies carry no connect data");
-
-    // The server kicks alice with a code, gracefully; alice reads it.
-    to_alice.send(0, &b"bye"[..], SendMode::Reliable).unwrap();
-    assert_eq!(to_alice.disconnect_with(7).await, DisconnectReason::Local);
-    assert_eq!(to_server.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "bye"));
-    assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 7 })));
-
-    // The other way (a new client: the old connection lingers on both sides for a while):
-    // bob quits with a code.
-    let bob = bind(&HostConfig::default()).await;
-    let deciding = spawn({
-        let server = server.clone();
-        async move {
-            let request = server.incoming().await.expect("a request");
-            request.accept().await.expect("admitted")
-        }
-    });
-    let to_server = bob.connect_with(addr, Bytes::from_static(b"v1 bob")).await.expect("bob connects");
-    let to_bob = deciding.await;
-    assert_eq!(&to_bob.connect_data()[..], b"v1 bob");
-    assert_eq!(to_server.disconnect_with(42).await, DisconnectReason::Local);
-    assert_eq!(to_bob.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 42 })));
-
-    // A request the server drops undecided is rejected with code 0.
-    let carol = bind(&HostConfig::default()).await;
-
-    let dropping = spawn({
-        let server = server.clone();
-        async move { drop(server.incoming().await.expect("a request")) }
-    });
-    let refused = carol.connect(addr).await;
-    dropping.await;
-    assert!(matches!(refused, Err(Error::Failed(DisconnectReason::Rejected { code: 0 }))), "{refused:?}");
-}
-
-/// The calls' errors: connect data too large for a request, and `incoming` on a host that
-/// admits requests by itself.
-async fn admission_errors_are_reported() {
-    let (server, client) = (bind(&HostConfig::default()).await, bind(&HostConfig::default()).await);
-    assert!(matches!(server.incoming().await, Err(Error::ManualAcceptOff)));
-    let max = HostConfig::default().peer.max_connect_data();
-    let too_large = client.connect_with(server.local_addr(), vec![0; max + 1]).await;
-    assert!(
-        matches!(too_large, Err(Error::Connect(ConnectError::DataTooLarge { size, max: m })) if size == max + 1 && m == max),
-        "{too_large:?}"
-    );
-    // The automatic path hands the connect data over too.
-    let accepting = spawn({
-        let server = server.clone();
-        async move { server.accept().await.expect("accept") }
-    });
-    let _to_server = client.connect_with(server.local_addr(), &b"v1"[..]).await.expect("connect");
-    assert_eq!(&accepting.await.connect_data()[..], b"v1");
-}
 
 #[tokio::test(flavor = "current_thread")]
 async fn connect_data_admission_and_disconnect_codes_on_current_thread() {

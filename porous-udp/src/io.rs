@@ -276,6 +276,8 @@ impl UdpIo {
     fn send_mmsg(&mut self, socket: SocketRef<'_>, count: usize) -> io::Result<usize> {
         use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 
+        // Fault injection may end the call early, as the kernel does at a failing message.
+        #[cfg(feature = "fault-injection")]
         let mut count = count;
         #[cfg(feature = "fault-injection")]
         {
