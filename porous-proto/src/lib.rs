@@ -50,6 +50,7 @@ pub mod seq;
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
 mod stats;
+pub mod token;
 mod transfer;
 pub mod wire;
 

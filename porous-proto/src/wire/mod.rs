@@ -13,7 +13,7 @@
 //! `docs/wire-format.md` describes the same format in prose with worked examples.
 
 mod check;
-mod codec;
+pub(crate) mod codec;
 mod control;
 mod data;
 mod message;
