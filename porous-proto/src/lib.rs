@@ -56,7 +56,7 @@ pub mod wire;
 
 pub use config::{
     ChannelConfig, ConfigError, CongestionControl, DEFAULT_UNRELIABLE_DEADLINE, HostConfig, PeerConfig, Priority,
-    SequenceStart,
+    SecureConfig, SequenceStart,
 };
 pub use event::{
     AdmissionError, ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit,

@@ -28,6 +28,7 @@
 //!   associated data, so the tag fails: as in plain mode, an id is never misread, only
 //!   dropped.
 
+use bytes::BufMut;
 use chacha20::cipher::{KeyIvInit, StreamCipher, StreamCipherSeek};
 use chacha20::{ChaCha20, R20, hchacha};
 use poly1305::Poly1305;
@@ -59,6 +60,8 @@ pub const MAX_REQUEST_BODY: usize = 160;
 const MAX_REPLY_BODY: usize = 96;
 /// Most bytes of a connection-layout control datagram's body (a varint).
 const MAX_CONTROL_BODY: usize = 5;
+/// The type byte of a (sealed) connection request.
+pub const REQUEST_TYPE: u8 = T_REQUEST;
 /// Datagrams a receiver accepts behind the newest one it accepted (the replay window).
 pub const REPLAY_WINDOW: u64 = 1024;
 
@@ -76,7 +79,7 @@ impl core::fmt::Debug for SecretKey {
 /// What a derived key is for; part of the derivation's label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum Use {
+pub enum Use {
     /// Sealed requests (from the client-to-server key).
     Request = b'q',
     /// Sealed replies (from the server-to-client key).
@@ -101,7 +104,7 @@ impl SecretKey {
     /// The key for `what` in the connection attempt of `client_nonce` (and, for
     /// connection keys, `server_nonce`; 0 otherwise): HChaCha20 of this key and the label
     /// `"POR", version, use, client nonce, server nonce, 0, 0, 0`.
-    pub(crate) fn derive(&self, what: Use, client_nonce: u32, server_nonce: u32) -> Self {
+    pub fn derive(&self, what: Use, client_nonce: u32, server_nonce: u32) -> Self {
         let mut label = [0u8; 16];
         label[..3].copy_from_slice(b"POR");
         label[3] = WIRE_VERSION;
@@ -344,15 +347,32 @@ impl<'a> SealedParts<'a> {
 /// Seals a control datagram of the connection (`Ack` from the client, `Disconnect`,
 /// `DisconnectAck`) under `key` with counter `n`; appends it to `out` and returns its
 /// length.
-pub(crate) fn encode_sealed_control(out: &mut Vec<u8>, c: &Control<'_>, key: &SecretKey, n: u64) -> usize {
-    let start = out.len();
-    out.push(c.type_byte());
-    out.extend_from_slice(&(n as u32).to_le_bytes());
+pub(crate) fn encode_sealed_control<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
+    out: &mut B,
+    c: &Control<'_>,
+    key: &SecretKey,
+    n: u64,
+) -> usize {
+    let start = out.as_ref().len();
+    out.put_u8(c.type_byte());
+    out.put_u32_le(n as u32);
     c.put_body(out, None);
-    let (head, body) = out.split_at_mut(start + SEALED_HEADER);
+    seal_from(out, start, start + SEALED_HEADER, key, n)
+}
+
+/// Seals what `out` holds from `start` (associated data up to `body_from`, then the body)
+/// and appends the tag; returns the datagram's length.
+fn seal_from<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
+    out: &mut B,
+    start: usize,
+    body_from: usize,
+    key: &SecretKey,
+    n: u64,
+) -> usize {
+    let (head, body) = out.as_mut().split_at_mut(body_from);
     let tag = seal(key, n, head.get(start..).unwrap_or_default(), body);
-    out.extend_from_slice(&tag);
-    out.len() - start
+    out.put_slice(&tag);
+    out.as_ref().len() - start
 }
 
 /// Opens a connection-layout control datagram whose full counter is `n`.
@@ -392,15 +412,17 @@ fn owned(c: Control<'_>) -> Result<Control<'static>, DecodeError> {
 /// Seals a reply to a request (`RequestAck`, `Ack`, `AckOther`, `Refuse`, `Challenge`)
 /// under the reply key `key` with `salt`: `type, salt u64, body, tag`. Appends it to
 /// `out` and returns its length.
-pub(crate) fn encode_reply(out: &mut Vec<u8>, c: &Control<'_>, key: &SecretKey, salt: u64) -> usize {
-    let start = out.len();
-    out.push(c.type_byte());
-    out.extend_from_slice(&salt.to_le_bytes());
+pub fn encode_reply<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
+    out: &mut B,
+    c: &Control<'_>,
+    key: &SecretKey,
+    salt: u64,
+) -> usize {
+    let start = out.as_ref().len();
+    out.put_u8(c.type_byte());
+    out.put_u64_le(salt);
     c.put_body(out, None);
-    let (head, body) = out.split_at_mut(start + 1 + SALT_LEN);
-    let tag = seal(key, salt, head.get(start..).unwrap_or_default(), body);
-    out.extend_from_slice(&tag);
-    out.len() - start
+    seal_from(out, start, start + 1 + SALT_LEN, key, salt)
 }
 
 /// Opens a sealed reply with the reply key of this side's attempt.
@@ -498,28 +520,25 @@ impl<'a> SealedRequest<'a> {
 
 /// Seals a request carrying `token` (the server's part of a connect token): appends it to
 /// `out` and returns its length. `counter` numbers the attempt's requests from 0.
-pub(crate) fn encode_request(
-    out: &mut Vec<u8>,
+pub fn encode_request<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
+    out: &mut B,
     token: &[u8],
     request: &ConnectRequest,
     counter: u32,
     client_to_server: &SecretKey,
 ) -> usize {
-    let start = out.len();
-    out.push(T_REQUEST);
-    out.extend_from_slice(&(token.len().min(usize::from(u16::MAX)) as u16).to_le_bytes());
-    out.extend_from_slice(token);
-    out.extend_from_slice(&request.nonce.to_le_bytes());
-    out.extend_from_slice(&counter.to_le_bytes());
-    let head_end = out.len();
+    let start = out.as_ref().len();
+    out.put_u8(T_REQUEST);
+    out.put_u16_le(token.len().min(usize::from(u16::MAX)) as u16);
+    out.put_slice(token);
+    out.put_u32_le(request.nonce);
+    out.put_u32_le(counter);
+    let head_end = out.as_ref().len();
     Control::request(*request).put_body(out, None);
-    let unpadded = out.len() - start + TAG_LEN;
-    out.resize(out.len() + SEALED_REQUEST_SIZE.saturating_sub(unpadded), 0);
+    let unpadded = out.as_ref().len() - start + TAG_LEN;
+    out.put_bytes(0, SEALED_REQUEST_SIZE.saturating_sub(unpadded));
     let key = client_to_server.derive(Use::Request, request.nonce, 0);
-    let (head, body) = out.split_at_mut(head_end);
-    let tag = seal(&key, u64::from(counter), head.get(start..).unwrap_or_default(), body);
-    out.extend_from_slice(&tag);
-    out.len() - start
+    seal_from(out, start, head_end, &key, u64::from(counter))
 }
 
 #[cfg(test)]
