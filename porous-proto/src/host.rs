@@ -467,7 +467,9 @@ impl Host {
             };
             match known {
                 Some(index) => {
-                    self.drive(index, |peer, out| peer.handle_sealed_request(now, &admitted, out));
+                    self.drive(index, |peer, out| {
+                        peer.handle_sealed_request(now, admitted.request, &admitted.token, out);
+                    });
                     self.mark_dirty(index);
                 }
                 None => self.admit_sealed(now, from, &admitted),

@@ -170,11 +170,13 @@ fn received(events: &[Event]) -> Vec<Bytes> {
         .collect()
 }
 
-/// Sends `n` numbered reliable packets each way on channel 0 and runs until they arrive.
+/// Sends `n` numbered reliable packets each way on channel 0, one each way per tick, and
+/// runs until they arrive.
 fn exchange(net: &mut Net, (c, s): (PeerId, PeerId), tag: &str, n: usize) {
     for i in 0..n {
         net.client.send(c, 0, Bytes::from(format!("{tag} c{i}")), SendMode::Reliable).unwrap();
         net.server.send(s, 0, Bytes::from(format!("{tag} s{i}")), SendMode::Reliable).unwrap();
+        net.tick();
     }
     net.run(400 * MS);
 }
@@ -244,4 +246,254 @@ fn plain_and_secure_hosts_do_not_mix() {
     plain_server.step(start);
     assert_eq!(plain_server.poll_transmit(), None);
     assert_eq!(plain_server.stats().peers, 0);
+}
+
+/// The first request a client with `token` sends.
+fn first_request(token: &[u8], to: SocketAddr, seed: u64) -> Vec<u8> {
+    let start = Instant::now();
+    let mut client = Host::new(client_config(), rng(seed)).unwrap();
+    client.connect_with_token(start, to, token).unwrap();
+    client.step(start);
+    client.poll_transmit().unwrap().payload.to_vec()
+}
+
+/// Hands `datagram` from `from` to `server`; what it answered.
+fn offer(server: &mut Host, now: Instant, from: SocketAddr, datagram: &[u8]) -> Vec<Bytes> {
+    server.handle_datagram(now, from, datagram);
+    server.step(now);
+    std::iter::from_fn(|| server.poll_transmit().map(|t| t.payload)).collect()
+}
+
+#[test]
+fn forged_expired_wrong_server_altered_and_reused_tokens_are_dropped_unanswered() {
+    let start = Instant::now();
+    let mut server = Host::new(server_config(start), rng(2)).unwrap();
+    let spoofer: SocketAddr = "10.0.0.66:6666".parse().unwrap();
+    // Forged: sealed with another key.
+    let forged = token::generate(&PrivateKey::from_bytes([1; 32]), &params(5), &mut rng(1)).unwrap();
+    assert!(offer(&mut server, start, spoofer, &first_request(&forged, server_addr(), 1)).is_empty());
+    assert_eq!(server.stats().bad_tokens, 1);
+    // Expired: made a minute ago for 30 s; and a good one, offered 31 s later.
+    let mut old = params(5);
+    (old.created, old.expires) = (UNIX - 60, UNIX - 30);
+    assert!(offer(&mut server, start, spoofer, &first_request(&token_for(&old, 2), server_addr(), 2)).is_empty());
+    let good = first_request(&token_for(&params(5), 3), server_addr(), 3);
+    assert!(offer(&mut server, start + Duration::from_secs(31), spoofer, &good).is_empty());
+    assert_eq!(server.stats().expired_tokens, 2);
+    // For another server.
+    let other: SocketAddr = "10.0.0.3:5000".parse().unwrap();
+    let mut elsewhere = params(5);
+    elsewhere.server_addresses = vec![other];
+    let req = first_request(&token_for(&elsewhere, 4), other, 4);
+    assert!(offer(&mut server, start, spoofer, &req).is_empty());
+    assert_eq!(server.stats().wrong_server_tokens, 1);
+    // Altered: every byte of a good request, flipped in turn.
+    let mut dropped = 0;
+    for i in 0..good.len() {
+        let mut d = good.clone();
+        d[i] ^= 0x20;
+        assert!(offer(&mut server, start, spoofer, &d).is_empty(), "byte {i} altered and answered");
+        dropped += 1;
+    }
+    let s = server.stats();
+    assert_eq!(s.bad_tokens + s.expired_tokens - 2 + s.malformed, 1 + dropped, "each counted once");
+    assert_eq!((s.peers, s.pending), (0, 0), "no state for a request that fails");
+    assert_eq!(server.poll_event(), None);
+    // Reused: accepted from the client's address, then the same token from another.
+    assert_eq!(offer(&mut server, start, client_addr(), &good).len(), 1);
+    assert!(offer(&mut server, start, spoofer, &good).is_empty());
+    let again = first_request(&token_for(&params(5), 3), server_addr(), 9); // same token, new attempt
+    assert!(offer(&mut server, start, spoofer, &again).is_empty());
+    assert_eq!((server.stats().reused_tokens, server.stats().peers), (2, 1));
+    // From the address that holds it, a retry is answered as usual.
+    assert_eq!(offer(&mut server, start + MS, client_addr(), &good).len(), 1);
+}
+
+#[test]
+fn an_honest_client_connects_through_a_flood_of_bad_tokens() {
+    let mut net = Net::new();
+    let forged = first_request(
+        &token::generate(&PrivateKey::from_bytes([1; 32]), &params(5), &mut rng(1)).unwrap(),
+        server_addr(),
+        1,
+    );
+    let c = net.client.connect_with_token(net.now, server_addr(), &token_for(&params(8), 8)).unwrap();
+    for i in 0..2000u32 {
+        let from = SocketAddr::from(([10, 1, (i >> 8) as u8, i as u8], 7000));
+        net.server.handle_datagram(net.now, from, &forged);
+        if i.is_multiple_of(20) {
+            net.tick();
+        }
+    }
+    net.run(300 * MS);
+    assert!(net.client_events.iter().any(|e| matches!(e, Event::Connected { peer, .. } if *peer == c)));
+    let s = net.server.stats();
+    assert_eq!((s.bad_tokens, s.peers), (2000, 1));
+}
+
+/// Runs an exchange with `hook` on the link after connecting cleanly; returns the net.
+fn under(hook: Hook, n: usize) -> Net {
+    let mut net = Net::new();
+    let ids = net.connect(&token_for(&params(3), 3));
+    net.hook = hook;
+    exchange(&mut net, ids, "x", n);
+    net.run(Duration::from_secs(2));
+    expect_in_order(&net.received_by_server(), "x", 'c', n);
+    expect_in_order(&net.received_by_client(), "x", 's', n);
+    assert!(net.server_events.iter().chain(&net.client_events).all(|e| !matches!(e, Event::Disconnected { .. })));
+    net
+}
+
+#[test]
+fn bit_flipped_truncated_and_replayed_sealed_datagrams_are_counted_and_dropped() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let injected = Rc::new(RefCell::new((0u64, 0u64))); // (corrupt, replays)
+    let seen = Rc::new(RefCell::new(Vec::<Vec<u8>>::new()));
+    let (inj, past) = (Rc::clone(&injected), Rc::clone(&seen));
+    let mut k = 0usize;
+    let net = under(
+        Box::new(move |dir, d| {
+            if dir != Dir::ToServer || d[0] & 0x80 != 0 {
+                return vec![d.to_vec()];
+            }
+            k += 1;
+            let mut flipped = d.to_vec();
+            flipped[k % d.len()] ^= 1 << (k % 8);
+            let cut = d[..d.len() - 1 - k % 8].to_vec();
+            let mut out = vec![d.to_vec(), flipped, cut];
+            inj.borrow_mut().0 += 2;
+            let mut past = past.borrow_mut();
+            if let Some(old) = past.iter().rev().nth(k % 5) {
+                out.push(old.clone());
+                inj.borrow_mut().1 += 1;
+            }
+            past.push(d.to_vec());
+            out
+        }),
+        100,
+    );
+    let (corrupt, replays) = *injected.borrow();
+    let s = net.server.stats();
+    assert!(corrupt > 100 && replays > 50, "{corrupt} corrupt, {replays} replays");
+    // A flipped counter bit may make a corrupt datagram look like a replay: either way
+    // it is counted once, and dropped.
+    assert_eq!(s.malformed + s.replayed, corrupt + replays);
+    assert!(s.replayed >= replays);
+}
+
+#[test]
+fn reordered_sealed_datagrams_arrive_once_and_those_beyond_the_window_are_dropped() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    // Each tick's datagrams in reverse, and one datagram held back 1,100 datagrams.
+    let held = Rc::new(RefCell::new(None::<Vec<u8>>));
+    let h = Rc::clone(&held);
+    let mut count = 0;
+    let mut batch: Vec<Vec<u8>> = Vec::new();
+    let mut net = Net::new();
+    let ids = net.connect(&token_for(&params(4), 4));
+    net.hook = Box::new(move |dir, d| {
+        if dir != Dir::ToServer {
+            return vec![d.to_vec()];
+        }
+        count += 1;
+        if count == 10 {
+            *h.borrow_mut() = Some(d.to_vec());
+            return vec![];
+        }
+        batch.push(d.to_vec());
+        if batch.len() < 3 {
+            return vec![];
+        }
+        let mut out = std::mem::take(&mut batch);
+        out.reverse();
+        out
+    });
+    // 1,500 unreliable packets of 1,000 bytes: one datagram each.
+    for i in 0..1500 {
+        let _ = net.client.send(ids.0, 1, Bytes::from(vec![i as u8; 1000]), SendMode::Unreliable);
+        net.tick();
+    }
+    exchange(&mut net, ids, "late", 20);
+    let before = net.server.stats().replayed;
+    let late = held.borrow_mut().take().unwrap();
+    net.server.handle_datagram(net.now, client_addr(), &late);
+    assert_eq!(net.server.stats().replayed, before + 1, "beyond the window: dropped, counted");
+    expect_in_order(&net.received_by_server(), "late", 'c', 20);
+}
+
+#[test]
+fn a_man_in_the_middle_rewriting_bytes_changes_nothing_but_counters() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let rewritten = Rc::new(RefCell::new([0u64; 2]));
+    let r = Rc::clone(&rewritten);
+    let mut k = 0usize;
+    let mut net = Net::new();
+    // From the first datagram on (the request and the replies too), every third one in
+    // each direction has one byte rewritten, at a position that moves through all.
+    net.hook = Box::new(move |dir, d| {
+        k += 1;
+        if !k.is_multiple_of(3) {
+            return vec![d.to_vec()];
+        }
+        let mut d = d.to_vec();
+        let at = (k / 3) % d.len();
+        d[at] = d[at].wrapping_add(1 + (k % 255) as u8);
+        r.borrow_mut()[usize::from(dir == Dir::ToClient)] += 1;
+        vec![d]
+    });
+    let ids = net.connect(&token_for(&params(6), 6));
+    exchange(&mut net, ids, "mitm", 100);
+    net.run(Duration::from_secs(2));
+    expect_in_order(&net.received_by_server(), "mitm", 'c', 100);
+    expect_in_order(&net.received_by_client(), "mitm", 's', 100);
+    let [to_server, to_client] = *rewritten.borrow();
+    let (s, c) = (net.server.stats(), net.client.stats());
+    let server_counted = s.malformed + s.replayed + s.bad_tokens + s.expired_tokens + s.wrong_server_tokens;
+    assert_eq!(server_counted, to_server, "every rewritten datagram to the server counted once");
+    assert_eq!(c.malformed + c.replayed, to_client, "every rewritten datagram to the client counted once");
+    assert_eq!(net.server_events.iter().filter(|e| matches!(e, Event::Connected { .. })).count(), 1);
+}
+
+#[test]
+fn no_secure_reply_outgrows_its_request_and_an_unproven_address_gets_no_more_than_it_sent() {
+    for challenge_above in [64, 0] {
+        let start = Instant::now();
+        let mut config = server_config(start);
+        config.challenge_above = challenge_above;
+        let mut server = Host::new(config, rng(2)).unwrap();
+        let req = first_request(&token_for(&params(5), 5), server_addr(), 5);
+        let (mut sent, mut got) = (0, 0);
+        for i in 0..60u64 {
+            let now = start + Duration::from_millis(100 * i);
+            sent += req.len();
+            for reply in offer(&mut server, now, client_addr(), &req) {
+                assert!(reply.len() <= req.len(), "a reply of {} bytes to a request of {}", reply.len(), req.len());
+                got += reply.len();
+            }
+            // The server never sends on its own to an address that has not answered.
+            server.step(now + 50 * MS);
+            assert_eq!(server.poll_transmit(), None);
+        }
+        assert!(got > 0 && got <= sent, "{got} bytes out for {sent} in");
+    }
+}
+
+#[test]
+fn the_documented_request_sizes_hold() {
+    // docs/wire-format.md, Sealed request: one IPv4 address and no user data, and the
+    // largest token with a cookie.
+    let mut small = params(1);
+    small.user_data.clear();
+    assert_eq!(first_request(&token_for(&small, 1), server_addr(), 1).len(), 185);
+    let mut big = params(1);
+    big.server_addresses = vec!["[2001:db8::1]:5000".parse().unwrap(); 31];
+    big.server_addresses.push(server_addr());
+    big.user_data = vec![9; 256];
+    let t = token_for(&big, 2);
+    let request = first_request(&t, server_addr(), 2);
+    // The client checked it against the largest it may send: with a cookie, 16 more.
+    assert!(request.len() + 16 <= 1200, "{}", request.len());
 }

@@ -53,8 +53,8 @@ use bytes::Bytes;
 
 use crate::arena::Arena;
 use crate::event::{DisconnectReason, Event, PeerId, SendError, SendMode};
-use crate::listener::Admitted;
 use crate::stats::{PeerState, PeerStats, TransferStats};
+use crate::token::VerifiedToken;
 use crate::wire::secure::SecretKey;
 use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, RefuseReason};
 pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
@@ -444,20 +444,25 @@ impl Peer {
     /// Secure mode: a request from this peer's address whose token and seal the host
     /// verified. A new attempt (another nonce) while connecting takes the new token's
     /// keys, id and user data; the reply is sealed for the request it answers.
-    pub(crate) fn handle_sealed_request(&mut self, now: Instant, admitted: &Admitted, out: &mut Outputs) {
+    pub(crate) fn handle_sealed_request(
+        &mut self,
+        now: Instant,
+        req: ConnectRequest,
+        token: &VerifiedToken,
+        out: &mut Outputs,
+    ) {
         let Some(s) = self.secure.as_deref_mut() else { return };
         if s.is_client() {
             return;
         }
-        let req = admitted.request;
-        let reply_key = admitted.token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
+        let reply_key = token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
         let restart = self.state == PeerState::Connecting
             && !self.awaiting
             && !self.requested
             && self.remote_req.is_some_and(|r| r.nonce != req.nonce);
         if restart {
-            s.adopt(&admitted.token);
-            self.remote_data = admitted.token.user_data.clone();
+            s.adopt(token);
+            self.remote_data = token.user_data.clone();
             self.timeout = s.timeout.max(self.settings.config.ping_interval * 2);
         }
         self.on_request(now, req, &[], Some(reply_key), out);

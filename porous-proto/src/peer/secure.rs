@@ -183,3 +183,14 @@ impl SecureState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_size_of_a_peers_secure_state_holds() {
+        // docs/security.md, Memory bounds: one allocation of at most 360 bytes.
+        assert!(size_of::<SecureState>() <= 360, "{}", size_of::<SecureState>());
+    }
+}
