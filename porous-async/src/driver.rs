@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use async_channel::{Receiver, Sender};
 use futures_core::Stream;
 use porous_proto::Event;
@@ -302,7 +304,10 @@ impl Routes {
     fn command(&mut self, core: &mut porous_proto::Host, io: &mut UdpIo, now: Instant, command: Command) {
         match command {
             Command::Wake => {}
-            Command::Connect(remote, reply) => match core.connect(now, remote) {
+            Command::Connect(remote, token, reply) => match match token {
+                Some(token) => core.connect_with_token(now, remote, &token),
+                None => core.connect(now, remote),
+            } {
                 Ok(peer) => {
                     self.connecting.insert(peer, reply);
                 }
@@ -318,8 +323,8 @@ impl Routes {
 
     fn dispatch(&mut self, core: &mut porous_proto::Host, event: Event) {
         match event {
-            Event::Connected { peer, remote, .. } => {
-                let (inbox, parts) = Inbox::new(peer, remote);
+            Event::Connected { peer, remote, data, client_id } => {
+                let (inbox, parts) = Inbox::new(peer, remote, data, client_id);
                 let handed_over = match self.connecting.remove(&peer) {
                     // Fails if the `connect` future was dropped.
                     Some(reply) => reply.try_send(Ok(parts)).is_ok(),
@@ -421,12 +426,19 @@ impl Routes {
 }
 
 impl Inbox {
-    fn new(id: PeerId, remote: SocketAddr) -> (Self, PeerParts) {
+    fn new(id: PeerId, remote: SocketAddr, data: Bytes, client_id: Option<u64>) -> (Self, PeerParts) {
         let mailbox = Arc::new(Mailbox::default());
         let (ended, ended_rx) = async_channel::bounded(1);
         let shared = Arc::new(PeerShared::default());
-        let parts =
-            PeerParts { id, remote, mailbox: Arc::clone(&mailbox), ended: ended_rx, shared: Arc::clone(&shared) };
+        let parts = PeerParts {
+            id,
+            remote,
+            data,
+            client_id,
+            mailbox: Arc::clone(&mailbox),
+            ended: ended_rx,
+            shared: Arc::clone(&shared),
+        };
         (Self { mailbox, ended: Some(ended), held: VecDeque::new(), listed: false, unreliable: false, shared }, parts)
     }
 }

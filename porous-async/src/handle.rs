@@ -29,8 +29,9 @@ const COMMANDS: usize = 64;
 pub(crate) enum Command {
     /// Something changed in the core (a send, a disconnect, a packet read): step it.
     Wake,
-    /// Connect to an address; the reply comes once the connection is up or has failed.
-    Connect(SocketAddr, Sender<Result<PeerParts, Error>>),
+    /// Connect to an address (in secure mode with this connect token); the reply comes
+    /// once the connection is up or has failed.
+    Connect(SocketAddr, Option<Bytes>, Sender<Result<PeerParts, Error>>),
     /// Use this batching from now on.
     Batching(Batching),
     /// Inject these faults from now on.
@@ -100,6 +101,10 @@ pub(crate) struct PeerShared {
 pub(crate) struct PeerParts {
     pub(crate) id: PeerId,
     pub(crate) remote: SocketAddr,
+    /// From `Event::Connected`: the remote's connect data (a secure server: the token's
+    /// user data) and, on a secure server, the token's client id.
+    pub(crate) data: Bytes,
+    pub(crate) client_id: Option<u64>,
     /// The delivery queue; it closes after the last packet once the connection ended.
     pub(crate) mailbox: Arc<Mailbox>,
     /// Closes when the core reports the connection ended.
@@ -172,8 +177,21 @@ impl Host {
     /// `remote` is an address, not a name: resolve names with your runtime's resolver
     /// (such as `tokio::net::lookup_host`), so that the lookup does not block it.
     pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
+        self.connect_inner(remote, None).await
+    }
+
+    /// Secure mode ([`HostConfig::secure`](porous_proto::HostConfig::secure)): connects to
+    /// `remote` with a connect token from the game's backend ([`porous_proto::token`]);
+    /// see [`porous_proto::Host::connect_with_token`]. Resolves as [`Host::connect`]
+    /// does; a token the server refuses gets no answer, so that ends in
+    /// [`Error::Failed`] with a timeout.
+    pub async fn connect_with_token(&self, remote: SocketAddr, token: &[u8]) -> Result<Peer, Error> {
+        self.connect_inner(remote, Some(Bytes::copy_from_slice(token))).await
+    }
+
+    async fn connect_inner(&self, remote: SocketAddr, token: Option<Bytes>) -> Result<Peer, Error> {
         let (reply, result) = async_channel::bounded(1);
-        self.link.commands.send(Command::Connect(remote, reply)).await.map_err(|_| Error::Stopped)?;
+        self.link.commands.send(Command::Connect(remote, token, reply)).await.map_err(|_| Error::Stopped)?;
         let parts = result.recv().await.map_err(|_| Error::Stopped)??;
         Ok(Peer::new(parts, self.link.clone()))
     }
@@ -221,6 +239,8 @@ pub struct Peer {
 struct PeerInner {
     id: PeerId,
     remote: SocketAddr,
+    data: Bytes,
+    client_id: Option<u64>,
     mailbox: Arc<Mailbox>,
     ended: Receiver<Infallible>,
     shared: Arc<PeerShared>,
@@ -243,8 +263,20 @@ impl fmt::Debug for Peer {
 
 impl Peer {
     fn new(parts: PeerParts, link: Link) -> Self {
-        let PeerParts { id, remote, mailbox, ended, shared } = parts;
-        Self { inner: Arc::new(PeerInner { id, remote, mailbox, ended, shared, link }) }
+        let PeerParts { id, remote, data, client_id, mailbox, ended, shared } = parts;
+        Self { inner: Arc::new(PeerInner { id, remote, data, client_id, mailbox, ended, shared, link }) }
+    }
+
+    /// The connect data the remote sent with its request (empty if none): see
+    /// [`Event::Connected`](porous_proto::Event::Connected). On a secure server, the user
+    /// data of the client's connect token, as the backend wrote it.
+    pub fn connect_data(&self) -> &Bytes {
+        &self.inner.data
+    }
+
+    /// On a secure server, the client id of the client's connect token; `None` otherwise.
+    pub fn client_id(&self) -> Option<u64> {
+        self.inner.client_id
     }
 
     /// The connection's id in the core.

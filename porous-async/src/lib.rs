@@ -124,7 +124,8 @@ pub use handle::{Host, Peer};
 pub use porous_proto as proto;
 pub use porous_proto::{
     ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats, MemoryUsage, Mismatch,
-    PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart, TransferStats, Transmit,
+    PeerConfig, PeerId, PeerState, PeerStats, Priority, SecureConfig, SendError, SendMode, SequenceStart,
+    TransferStats, Transmit, token,
 };
 #[cfg(feature = "fault-injection")]
 pub use porous_udp::Faults;

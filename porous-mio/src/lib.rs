@@ -125,7 +125,8 @@ pub use bytes::Bytes;
 pub use porous_proto as proto;
 pub use porous_proto::{
     ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats, MemoryUsage, Mismatch,
-    PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart, TransferStats, Transmit,
+    PeerConfig, PeerId, PeerState, PeerStats, Priority, SecureConfig, SendError, SendMode, SequenceStart,
+    TransferStats, Transmit, token,
 };
 #[cfg(feature = "fault-injection")]
 pub use porous_udp::Faults;
@@ -250,6 +251,15 @@ impl Host {
     /// Starts connecting to `remote`; `Connected` or `Disconnected` follows for the id.
     pub fn connect(&mut self, remote: SocketAddr) -> Result<PeerId, ConnectError> {
         self.core.connect(Instant::now(), remote)
+    }
+
+    /// Secure mode ([`HostConfig::secure`]): starts connecting to `remote` with a connect
+    /// token from the game's backend ([`token`]); see
+    /// [`porous_proto::Host::connect_with_token`]. `Connected` or `Disconnected` follows
+    /// for the id; a token the server refuses gets no answer, so the attempt ends with a
+    /// timeout.
+    pub fn connect_with_token(&mut self, remote: SocketAddr, token: &[u8]) -> Result<PeerId, ConnectError> {
+        self.core.connect_with_token(Instant::now(), remote, token)
     }
 
     /// Queues a packet; it leaves at the next [`Host::flush`], [`Host::process`] or

@@ -45,7 +45,7 @@ pub const TOKEN_NONCE_LEN: usize = 24;
 pub const TOKEN_TAG_LEN: usize = 16;
 /// Longest plaintext of a server part: id, timeout, the most addresses (IPv6), both keys,
 /// the most user data.
-const PRIVATE_MAX: usize = 8 + 4 + 1 + MAX_SERVER_ADDRESSES * ADDRESS_MAX + 64 + 2 + MAX_USER_DATA;
+pub(crate) const PRIVATE_MAX: usize = 8 + 4 + 1 + MAX_SERVER_ADDRESSES * ADDRESS_MAX + 64 + 2 + MAX_USER_DATA;
 /// Longest encoded address: kind, IPv6, port.
 const ADDRESS_MAX: usize = 1 + 16 + 2;
 /// Longest server part: expiry, nonce, the sealed plaintext and its tag.
@@ -94,7 +94,7 @@ impl PrivateKey {
         Self::generate(&mut rand_core::UnwrapErr(getrandom::SysRng))
     }
 
-    fn aead(&self) -> XChaCha20Poly1305 {
+    pub(crate) fn aead(&self) -> XChaCha20Poly1305 {
         XChaCha20Poly1305::new(&self.0.to_bytes().into())
     }
 }
@@ -278,7 +278,7 @@ pub fn generate_from_entropy(key: &PrivateKey, params: &TokenParams) -> Result<V
 }
 
 /// The associated data of a token's sealed part: the format and its expiry.
-fn private_ad(expires: u64) -> [u8; 16] {
+pub(crate) fn private_ad(expires: u64) -> [u8; 16] {
     let mut ad = [0u8; 16];
     ad[..8].copy_from_slice(&MAGIC);
     ad[8..].copy_from_slice(&expires.to_le_bytes());

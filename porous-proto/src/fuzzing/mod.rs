@@ -7,9 +7,11 @@
 #[cfg(feature = "arbitrary")]
 mod hooks;
 mod host;
+mod token;
 mod wire;
 
-pub use host::{Forged, ForgedMessage, HostScript, Request, Side, Step, host};
+pub use host::{Forged, ForgedMessage, HostScript, Request, Side, Step, host, host_secure};
+pub use token::decode_token;
 pub use wire::{ArbitraryDatagram, OwnedMessage, Refs, decode_frame, roundtrip, seed_input};
 
 /// A fixed, seedable byte stream (splitmix64) for the replay tests.

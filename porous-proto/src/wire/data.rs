@@ -347,9 +347,9 @@ impl<'a> Data<'a> {
     }
 
     /// Secure mode: decodes a sealed connection datagram. `plain` is its type byte followed
-    /// by its decrypted body (the receiver decrypts into its own buffer with
-    /// [`secure::apply_keystream`], so delivered packets can be slices of it); `parts` is
-    /// the datagram as received and `counter` its expanded counter. Every field is
+    /// by its decrypted body (the receiver decrypts into its own buffer with the ChaCha20
+    /// keystream of `key` and `counter`, so delivered packets can be slices of it);
+    /// `parts` is the datagram as received and `counter` its expanded counter. Every field is
     /// validated, then the tag is verified over the ciphertext with the full values of
     /// truncated ids as associated data, before this returns `Ok`. Nothing may act on the
     /// messages `each` sees before then. Every failure is [`DecodeError::BadChecksum`]: a
