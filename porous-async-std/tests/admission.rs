@@ -5,14 +5,18 @@
 use std::future::Future;
 use std::time::Duration;
 
-use scenarios::{admission_errors_are_reported, connect_data_admission_and_disconnect_codes};
+use scenarios::{
+    a_secure_server_decides_on_token_holders, admission_errors_are_reported,
+    connect_data_admission_and_disconnect_codes,
+};
 
 /// What the shared scenarios use, from this crate and this runtime.
 mod rt {
     use std::future::Future;
 
     pub(crate) use porous_async_std::{
-        Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SendMode,
+        Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig, SendMode,
+        token,
     };
 
     /// Spawns `task`; awaiting the result gives its output.
@@ -40,4 +44,9 @@ fn connect_data_admission_and_disconnect_codes_on_async_std() {
 #[test]
 fn admission_errors_are_reported_on_async_std() {
     run(admission_errors_are_reported());
+}
+
+#[test]
+fn a_secure_server_decides_on_token_holders_on_async_std() {
+    run(a_secure_server_decides_on_token_holders());
 }

@@ -491,3 +491,38 @@ fn handles_run_under_smol() {
         .await;
     });
 }
+
+/// Secure mode through the async adapter: a client connects with a connect token, the
+/// server's accepted peer carries the token's client id and user data, traffic flows; a
+/// plain connect from a secure host is refused by its core.
+#[test]
+fn a_client_connects_with_a_token_and_the_server_learns_who_it_is() {
+    use porous_async_std::SecureConfig;
+    use porous_async_std::token::{self, PrivateKey, TokenParams};
+    run(async {
+        let key = PrivateKey::from_bytes([0x42; 32]);
+        let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let unix = 1_800_000_000;
+        let mut server_config = HostConfig::default();
+        server_config.secure = Some(SecureConfig::server(key.clone(), vec![addr], Instant::now(), unix));
+        let server = Host::bind(addr, server_config).await.expect("bind");
+        let mut client_config = HostConfig::default();
+        client_config.secure = Some(SecureConfig::client());
+        let client = bind(&client_config).await;
+        let mut params = TokenParams::new(42, vec![addr], unix, Duration::from_secs(30));
+        params.user_data = b"name=ada".to_vec();
+        let t = token::generate_from_entropy(&key, &params).unwrap();
+
+        assert!(matches!(client.connect(addr).await, Err(Error::Connect(ConnectError::TokenRequired))));
+        let accepting = task::spawn({
+            let server = server.clone();
+            async move { server.accept().await.expect("accept") }
+        });
+        let to_server = client.connect_with_token(addr, &t).await.expect("connect");
+        let to_client = accepting.await;
+        assert_eq!((to_client.client_id(), &to_client.connect_data()[..]), (Some(42), &b"name=ada"[..]));
+        assert_eq!((to_server.client_id(), to_server.connect_data().len()), (None, 0));
+        to_server.send(0, "ping", SendMode::Reliable).unwrap();
+        assert_eq!(to_client.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "ping"));
+    });
+}

@@ -11,12 +11,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use async_channel::{Receiver, Sender};
 use futures_core::Stream;
 use porous_proto::Event;
 use porous_udp::{RecvBackoff, UdpIo};
 
-use crate::handle::{Command, HostShared, PeerParts, PeerShared, disconnect_now, lock, reject};
+use crate::handle::{Command, HostShared, Opening, PeerParts, PeerShared, disconnect_now, lock, reject};
 use crate::mailbox::Mailbox;
 use crate::requests::{RequestParts, Requests};
 use crate::runtime::{AsyncTimer, AsyncUdpSocket, Interest};
@@ -308,7 +310,10 @@ impl Routes {
     fn command(&mut self, core: &mut porous_proto::Host, io: &mut UdpIo, now: Instant, command: Command) {
         match command {
             Command::Wake => {}
-            Command::Connect(remote, data, reply) => match core.connect_with(now, remote, &data) {
+            Command::Connect(remote, opening, reply) => match match opening {
+                Opening::Data(data) => core.connect_with(now, remote, &data),
+                Opening::Token(token) => core.connect_with_token(now, remote, &token),
+            } {
                 Ok(peer) => {
                     self.connecting.insert(peer, reply);
                 }
@@ -334,19 +339,19 @@ impl Routes {
 
     fn dispatch(&mut self, core: &mut porous_proto::Host, event: Event) {
         match event {
-            Event::ConnectRequest { peer, remote, data } => {
+            Event::ConnectRequest { peer, remote, data, client_id } => {
                 // Every queued request is a pending handshake of the core, and one that
                 // times out leaves the queue, so `max_pending` bounds it; the check only
                 // makes that explicit. No `Host` handle left: no one will decide.
                 let room = self.requests.len() < core.config().max_pending;
                 if room && self.accept.receiver_count() > 1 {
-                    self.requests.push(RequestParts { id: peer, remote, data });
+                    self.requests.push(RequestParts { id: peer, remote, data, client_id });
                 } else {
                     reject(core, peer, 0);
                 }
             }
-            Event::Connected { peer, remote, data } => {
-                let (inbox, parts) = Inbox::new(peer, remote, data);
+            Event::Connected { peer, remote, data, client_id } => {
+                let (inbox, parts) = Inbox::new(peer, remote, data, client_id);
                 let handed_over = match self.connecting.remove(&peer) {
                     // Fails if the `connect` future was dropped.
                     Some(reply) => reply.try_send(Ok(parts)).is_ok(),
@@ -454,12 +459,19 @@ impl Routes {
 }
 
 impl Inbox {
-    fn new(id: PeerId, remote: SocketAddr, data: bytes::Bytes) -> (Self, PeerParts) {
+    fn new(id: PeerId, remote: SocketAddr, data: Bytes, client_id: Option<u64>) -> (Self, PeerParts) {
         let mailbox = Arc::new(Mailbox::default());
         let (ended, ended_rx) = async_channel::bounded(1);
         let shared = Arc::new(PeerShared::default());
-        let parts =
-            PeerParts { id, remote, data, mailbox: Arc::clone(&mailbox), ended: ended_rx, shared: Arc::clone(&shared) };
+        let parts = PeerParts {
+            id,
+            remote,
+            data,
+            client_id,
+            mailbox: Arc::clone(&mailbox),
+            ended: ended_rx,
+            shared: Arc::clone(&shared),
+        };
         (Self { mailbox, ended: Some(ended), held: VecDeque::new(), listed: false, unreliable: false, shared }, parts)
     }
 }

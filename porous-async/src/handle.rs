@@ -30,9 +30,9 @@ const COMMANDS: usize = 64;
 pub(crate) enum Command {
     /// Something changed in the core (a send, a disconnect, a packet read): step it.
     Wake,
-    /// Connect to an address with connect data; the reply comes once the connection is up
-    /// or has failed.
-    Connect(SocketAddr, Bytes, Sender<Result<PeerParts, Error>>),
+    /// Connect to an address, with connect data or (secure mode) a connect token; the
+    /// reply comes once the connection is up or has failed.
+    Connect(SocketAddr, Opening, Sender<Result<PeerParts, Error>>),
     /// Admit a request awaiting the decision; the reply comes once the connection is up or
     /// has failed.
     Accept(PeerId, Sender<Result<PeerParts, Error>>),
@@ -41,6 +41,14 @@ pub(crate) enum Command {
     /// Inject these faults from now on.
     #[cfg(feature = "fault-injection")]
     Faults(Faults),
+}
+
+/// How a `connect` opens: with connect data (plain mode) or a connect token (secure mode).
+pub(crate) enum Opening {
+    /// [`Host::connect`] and [`Host::connect_with`].
+    Data(Bytes),
+    /// [`Host::connect_with_token`].
+    Token(Bytes),
 }
 
 /// Locks the core. A panic elsewhere cannot leave it half-updated in a way that matters
@@ -112,8 +120,10 @@ pub(crate) struct PeerShared {
 pub(crate) struct PeerParts {
     pub(crate) id: PeerId,
     pub(crate) remote: SocketAddr,
-    /// The connect data the remote sent.
+    /// From `Event::Connected`: the remote's connect data (a secure server: the token's
+    /// user data) and, on a secure server, the token's client id.
     pub(crate) data: Bytes,
+    pub(crate) client_id: Option<u64>,
     /// The delivery queue; it closes after the last packet once the connection ended.
     pub(crate) mailbox: Arc<Mailbox>,
     /// Closes when the core reports the connection ended.
@@ -191,9 +201,11 @@ impl Host {
     /// `remote` is an address, not a name: resolve names with your runtime's resolver
     /// (such as `tokio::net::lookup_host`), so that the lookup does not block it.
     ///
-    /// Sends no connect data; [`Host::connect_with`] does.
+    /// Sends no connect data; [`Host::connect_with`] does. A host in secure mode connects
+    /// with [`Host::connect_with_token`] instead (this fails with
+    /// [`ConnectError::TokenRequired`](crate::ConnectError::TokenRequired)).
     pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
-        self.connect_with(remote, Bytes::new()).await
+        self.connect_inner(remote, Opening::Data(Bytes::new())).await
     }
 
     /// [`Host::connect`] with connect data (a version, a login ticket): up to
@@ -203,13 +215,28 @@ impl Host {
     /// The remote reads it with [`Peer::connect_data`] or, if it decides on requests
     /// itself, [`Incoming::data`]. It only makes the request larger, never the replies;
     /// it is neither encrypted nor, until the connection is established, authenticated.
+    /// Plain mode only: a host in secure mode fails with
+    /// [`ConnectError::TokenRequired`](crate::ConnectError::TokenRequired) (its connect
+    /// data is the token's user data, see [`Host::connect_with_token`]).
     ///
     /// If the remote's application rejects the request ([`Incoming::reject`]), this fails
     /// with [`Error::Failed`] and [`DisconnectReason::Rejected`], carrying its code.
     pub async fn connect_with(&self, remote: SocketAddr, data: impl Into<Bytes>) -> Result<Peer, Error> {
+        self.connect_inner(remote, Opening::Data(data.into())).await
+    }
+
+    /// Secure mode ([`HostConfig::secure`](porous_proto::HostConfig::secure)): connects to
+    /// `remote` with a connect token from the game's backend ([`porous_proto::token`]);
+    /// see [`porous_proto::Host::connect_with_token`]. Resolves as [`Host::connect`]
+    /// does; a token the server refuses gets no answer, so that ends in
+    /// [`Error::Failed`] with a timeout.
+    pub async fn connect_with_token(&self, remote: SocketAddr, token: &[u8]) -> Result<Peer, Error> {
+        self.connect_inner(remote, Opening::Token(Bytes::copy_from_slice(token))).await
+    }
+
+    async fn connect_inner(&self, remote: SocketAddr, opening: Opening) -> Result<Peer, Error> {
         let (reply, result) = async_channel::bounded(1);
-        let command = Command::Connect(remote, data.into(), reply);
-        self.link.commands.send(command).await.map_err(|_| Error::Stopped)?;
+        self.link.commands.send(Command::Connect(remote, opening, reply)).await.map_err(|_| Error::Stopped)?;
         let parts = result.recv().await.map_err(|_| Error::Stopped)??;
         Ok(Peer::new(parts, self.link.clone()))
     }
@@ -300,6 +327,7 @@ struct PeerInner {
     id: PeerId,
     remote: SocketAddr,
     data: Bytes,
+    client_id: Option<u64>,
     mailbox: Arc<Mailbox>,
     ended: Receiver<Infallible>,
     shared: Arc<PeerShared>,
@@ -322,8 +350,8 @@ impl fmt::Debug for Peer {
 
 impl Peer {
     fn new(parts: PeerParts, link: Link) -> Self {
-        let PeerParts { id, remote, data, mailbox, ended, shared } = parts;
-        Self { inner: Arc::new(PeerInner { id, remote, data, mailbox, ended, shared, link }) }
+        let PeerParts { id, remote, data, client_id, mailbox, ended, shared } = parts;
+        Self { inner: Arc::new(PeerInner { id, remote, data, client_id, mailbox, ended, shared, link }) }
     }
 
     /// The connection's id in the core.
@@ -340,9 +368,16 @@ impl Peer {
     /// connection from [`Host::accept`] or [`Incoming::accept`], what the client sent
     /// (empty if it used [`Host::connect`]). On a connection this side started it is
     /// empty, since replies carry no connect data (unless both sides connected to each
-    /// other at once and the remote's request arrived first).
+    /// other at once and the remote's request arrived first). On a secure server, the
+    /// user data of the client's connect token, as the backend wrote it (see
+    /// [`porous_proto::Event::Connected`]).
     pub fn connect_data(&self) -> &Bytes {
         &self.inner.data
+    }
+
+    /// On a secure server, the client id of the client's connect token; `None` otherwise.
+    pub fn client_id(&self) -> Option<u64> {
+        self.inner.client_id
     }
 
     /// Queues a packet on `channel`; the driver sends it at once. Errors are the core's
@@ -437,8 +472,10 @@ impl Peer {
 /// [`Incoming::reject`].
 ///
 /// Until the connection is established the request is not authenticated: `remote` may be
-/// spoofed and `data` is only what someone sent from there; verify tickets before
-/// trusting them. Dropping an `Incoming` undecided rejects it with code 0. Undecided for
+/// spoofed and, in plain mode, `data` is only what someone sent from there; verify
+/// tickets before trusting them. On a secure server ([`HostConfig::secure`]) the request
+/// passed the connect token's checks first: `data` is the token's user data and
+/// [`Incoming::client_id`] its client id, both as the backend wrote them. Dropping an `Incoming` undecided rejects it with code 0. Undecided for
 /// longer than the connect timeout (counted from its arrival), it times out: `accept`
 /// then fails with [`DisconnectReason::Timeout`].
 pub struct Incoming {
@@ -454,6 +491,7 @@ impl fmt::Debug for Incoming {
             .field("id", &self.parts.id)
             .field("remote", &self.parts.remote)
             .field("data", &self.parts.data)
+            .field("client_id", &self.parts.client_id)
             .finish_non_exhaustive()
     }
 }
@@ -470,9 +508,16 @@ impl Incoming {
     }
 
     /// The connect data the requester sent ([`Host::connect_with`]; empty from
-    /// [`Host::connect`]). The admitted [`Peer::connect_data`] returns it again.
+    /// [`Host::connect`]); on a secure server, its connect token's user data. The admitted
+    /// [`Peer::connect_data`] returns it again.
     pub fn data(&self) -> &Bytes {
         &self.parts.data
+    }
+
+    /// On a secure server, the client id of the requester's connect token (verified);
+    /// `None` in plain mode. The admitted [`Peer::client_id`] returns it again.
+    pub fn client_id(&self) -> Option<u64> {
+        self.parts.client_id
     }
 
     /// Admits the request: the handshake goes on, and this resolves with the connection

@@ -199,8 +199,8 @@ pub use handle::{Host, Incoming, Peer};
 pub use porous_proto as proto;
 pub use porous_proto::{
     AdmissionError, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats,
-    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart,
-    TransferStats, Transmit,
+    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SecureConfig, SendError, SendMode,
+    SequenceStart, TransferStats, Transmit, token,
 };
 #[cfg(feature = "fault-injection")]
 pub use porous_udp::Faults;

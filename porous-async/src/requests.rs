@@ -19,7 +19,10 @@ use crate::PeerId;
 pub(crate) struct RequestParts {
     pub(crate) id: PeerId,
     pub(crate) remote: SocketAddr,
+    /// Its connect data (a secure server: its token's user data).
     pub(crate) data: Bytes,
+    /// A secure server: its token's client id.
+    pub(crate) client_id: Option<u64>,
 }
 
 /// The queue; bounded by the driver, which pushes only below `max_pending`.

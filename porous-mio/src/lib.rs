@@ -161,8 +161,8 @@ pub use bytes::Bytes;
 pub use porous_proto as proto;
 pub use porous_proto::{
     AdmissionError, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats,
-    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SendError, SendMode, SequenceStart,
-    TransferStats, Transmit,
+    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SecureConfig, SendError, SendMode,
+    SequenceStart, TransferStats, Transmit, token,
 };
 #[cfg(feature = "fault-injection")]
 pub use porous_udp::Faults;
@@ -296,7 +296,10 @@ impl Host {
     /// remote's application reads it in [`Event::ConnectRequest`] (if it decides on
     /// requests itself, [`HostConfig::manual_accept`]) and in [`Event::Connected`]. It
     /// only makes the request larger, never the replies; it is neither encrypted nor, until
-    /// `Connected`, authenticated. See [`porous_proto::Host::connect_with`].
+    /// `Connected`, authenticated. See [`porous_proto::Host::connect_with`]. Plain mode
+    /// only: in secure mode ([`HostConfig::secure`]) this fails with
+    /// [`ConnectError::TokenRequired`], the connect data being the token's user data
+    /// ([`Host::connect_with_token`]).
     ///
     /// If the remote rejects the request ([`Host::reject`]), `Disconnected` follows with
     /// [`DisconnectReason::Rejected`] and the remote's code.
@@ -323,6 +326,15 @@ impl Host {
     /// at the next [`Host::flush`]. See [`porous_proto::Host::reject`].
     pub fn reject(&mut self, peer: PeerId, code: u32) -> Result<(), AdmissionError> {
         self.core.reject(Instant::now(), peer, code)
+    }
+
+    /// Secure mode ([`HostConfig::secure`]): starts connecting to `remote` with a connect
+    /// token from the game's backend ([`token`]); see
+    /// [`porous_proto::Host::connect_with_token`]. `Connected` or `Disconnected` follows
+    /// for the id; a token the server refuses gets no answer, so the attempt ends with a
+    /// timeout.
+    pub fn connect_with_token(&mut self, remote: SocketAddr, token: &[u8]) -> Result<PeerId, ConnectError> {
+        self.core.connect_with_token(Instant::now(), remote, token)
     }
 
     /// Queues a packet; it leaves at the next [`Host::flush`], [`Host::process`] or

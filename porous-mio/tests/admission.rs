@@ -41,7 +41,8 @@ fn connect_data_manual_admission_and_disconnect_codes() {
     let (mut alice_connected, mut mallory_refused, mut server_connected) = (false, None, None);
     pump(&mut [&mut server, &mut alice, &mut mallory], |hosts, i, event| {
         match (i, event) {
-            (0, Event::ConnectRequest { peer, remote, data }) => {
+            (0, Event::ConnectRequest { peer, remote, data, client_id }) => {
+                assert_eq!(client_id, None, "plain mode: no token, no client id");
                 requests.push(data.clone());
                 if data.starts_with(b"v1 ") {
                     hosts[0].accept(peer).unwrap();

@@ -25,9 +25,16 @@
 //! workload, counted by a global allocator over 2,000 steady-state rounds (after 2,000
 //! rounds of warm-up), outside criterion.
 //!
+//! Then secure mode against plain mode (issue 21): each small-message workload and the game
+//! loop run plain and secure in turn (A B A B ..., fresh warmed pairs each run), CPU per
+//! delivered message of both ends, the secure/plain ratio of each adjacent pair and the
+//! medians; then allocations and wire bytes per message in secure mode. Only this part:
+//! `POROUS_SECURE_ONLY=1` (`POROUS_SECURE_RUNS`, default 7, pairs of runs).
+//!
 //! `cargo bench -p porous-proto --bench hosts`. For a profiler, `POROUS_PROFILE=small`
-//! (or `large`, `game`) runs that workload for `POROUS_PROFILE_ROUNDS` rounds (default
-//! 20,000) without criterion. See `docs/performance.md`.
+//! (or `large`, `game`, and `plain1`, `secure1`: 32-byte messages one per round) runs
+//! that workload for `POROUS_PROFILE_ROUNDS` rounds (default 20,000) without criterion.
+//! See `docs/performance.md`.
 
 use std::alloc::System;
 use std::hint::black_box;
@@ -37,7 +44,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
 use porous_proto::sim::{LinkConditions, Network, seeded_rng};
-use porous_proto::{Event, Host, HostConfig, PeerId, SendError, SendMode};
+use porous_proto::token::{self, PrivateKey, TokenParams};
+use porous_proto::{Event, Host, HostConfig, PeerId, SecureConfig, SendError, SendMode};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
@@ -74,15 +82,31 @@ struct Pair {
 }
 
 impl Pair {
-    fn new(config: &HostConfig) -> Self {
+    /// A pair in plain mode, or in secure mode: A a client with a connect token, B the
+    /// server it names.
+    fn with_mode(config: &HostConfig, secure: bool) -> Self {
         let a_addr: SocketAddr = "10.0.0.1:9000".parse().expect("address");
         let b_addr: SocketAddr = "10.0.0.2:9000".parse().expect("address");
-        let mut a = Host::new(config.clone(), seeded_rng(1)).expect("valid config");
-        let b = Host::new(config.clone(), seeded_rng(2)).expect("valid config");
         let mut net = Network::new(0);
         net.set_link_both(a_addr, b_addr, LinkConditions::held());
         let now = net.now();
-        let ab = a.connect(now, b_addr).expect("connect");
+        let (mut a_config, mut b_config) = (config.clone(), config.clone());
+        let key = PrivateKey::from_bytes([0x3C; 32]);
+        let unix = 1_800_000_000;
+        if secure {
+            a_config.secure = Some(SecureConfig::client());
+            b_config.secure = Some(SecureConfig::server(key.clone(), vec![b_addr], now, unix));
+        }
+        let mut a = Host::new(a_config, seeded_rng(1)).expect("valid config");
+        let b = Host::new(b_config, seeded_rng(2)).expect("valid config");
+        let ab = if secure {
+            let mut params = TokenParams::new(7, vec![b_addr], unix, Duration::from_secs(60));
+            params.timeout = Duration::from_secs(3600);
+            let t = token::generate(&key, &params, &mut seeded_rng(3)).expect("token");
+            a.connect_with_token(now, b_addr, &t).expect("connect")
+        } else {
+            a.connect(now, b_addr).expect("connect")
+        };
         let mut p = Self {
             a,
             b,
@@ -246,7 +270,11 @@ fn rounds() -> usize {
 /// A connected pair after enough rounds for the congestion window and every buffer to
 /// reach steady state.
 fn warm_bulk(w: Bulk) -> (Pair, Bytes) {
-    let mut p = Pair::new(&HostConfig::default());
+    warm_bulk_in(w, false)
+}
+
+fn warm_bulk_in(w: Bulk, secure: bool) -> (Pair, Bytes) {
+    let mut p = Pair::with_mode(&HostConfig::default(), secure);
     let msg = packet(w.size);
     for _ in 0..rounds() {
         p.bulk_round(&msg, w.batch, TICK);
@@ -304,8 +332,12 @@ const GAME_BYTES: u64 = GAME_TICKS * (3 * 16 + 200) + 4000;
 
 impl Game {
     fn new() -> Self {
+        Self::with_mode(false)
+    }
+
+    fn with_mode(secure: bool) -> Self {
         let mut g = Self {
-            p: Pair::new(&HostConfig::default()),
+            p: Pair::with_mode(&HostConfig::default(), secure),
             input: packet(16),
             state: packet(200),
             big: packet(4000),
@@ -397,6 +429,101 @@ fn report_allocations() {
     row("game_60hz", game.delivered() - before, s, wire);
 }
 
+/// One timed run of a workload in one mode: CPU per delivered message of both ends (ns),
+/// on a fresh pair warmed to steady state.
+fn timed_run(workload: Option<Bulk>, secure: bool) -> f64 {
+    match workload {
+        Some(w) => {
+            let (mut p, msg) = warm_bulk_in(w, secure);
+            // About 100,000 messages per run, at least 200 rounds.
+            let rounds = if full_run() { (100_000 / w.batch).max(200) } else { 20 };
+            let before = p.at_b.messages;
+            let start = Instant::now();
+            for _ in 0..rounds {
+                p.bulk_round(&msg, w.batch, TICK);
+            }
+            start.elapsed().as_nanos() as f64 / (p.at_b.messages - before) as f64
+        }
+        None => {
+            let mut game = Game::with_mode(secure);
+            let iterations = if full_run() { 600 } else { 2 };
+            let before = game.delivered();
+            let start = Instant::now();
+            for _ in 0..iterations {
+                game.run();
+            }
+            start.elapsed().as_nanos() as f64 / (game.delivered() - before) as f64
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
+
+/// Secure mode against plain mode: A B A B runs, per-pair ratios and medians; then
+/// allocations and wire bytes per message in secure mode.
+fn report_secure() {
+    let runs: usize = std::env::var("POROUS_SECURE_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(7);
+    let runs = if full_run() { runs.max(1) } else { 1 };
+    eprintln!();
+    eprintln!("secure mode against plain, CPU of both ends per delivered message, {runs} A B pairs of runs:");
+    eprintln!(
+        "{:<24} {:>10} {:>10} {:>7}   per-pair ratios (secure/plain)",
+        "workload", "plain ns", "secure ns", "ratio"
+    );
+    let workloads: Vec<(String, Option<Bulk>)> = SMALL
+        .iter()
+        .map(|w| (format!("{}/batch{}", w.name, w.batch), Some(*w)))
+        .chain([("game_60hz".to_string(), None)])
+        .collect();
+    for (name, w) in &workloads {
+        let (mut plain, mut secure, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let a = timed_run(*w, false);
+            let b = timed_run(*w, true);
+            plain.push(a);
+            secure.push(b);
+            ratios.push(b / a);
+        }
+        let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        eprintln!(
+            "{name:<24} {:>10.1} {:>10.1} {:>7.2}   {}",
+            median(&mut plain),
+            median(&mut secure),
+            median(&mut ratios),
+            shown.join(" ")
+        );
+    }
+    eprintln!();
+    eprintln!("secure mode, steady state ({} rounds):", rounds());
+    eprintln!("{:<28} {:>10} {:>14} {:>12} {:>12}", "workload", "messages", "allocs/msg", "wire B/msg", "plain B/msg");
+    for w in SMALL {
+        let mut figures = [(0u64, 0u64, 0f64); 2];
+        for (i, secure) in [false, true].into_iter().enumerate() {
+            let (mut p, msg) = warm_bulk_in(w, secure);
+            let (before, sent_a, sent_b) = (p.at_b.messages, p.a.stats().bytes_sent, p.b.stats().bytes_sent);
+            let region = Region::new(GLOBAL);
+            for _ in 0..rounds() {
+                p.bulk_round(&msg, w.batch, TICK);
+            }
+            let s = region.change();
+            let messages = p.at_b.messages - before;
+            let wire = p.a.stats().bytes_sent - sent_a + p.b.stats().bytes_sent - sent_b;
+            figures[i] = (messages, wire, (s.allocations + s.reallocations) as f64 / messages as f64);
+        }
+        let [(pm, pw, _), (sm, sw, sa)] = figures;
+        eprintln!(
+            "{:<28} {sm:>10} {sa:>14.4} {:>12.2} {:>12.2}",
+            format!("{}/batch{}", w.name, w.batch),
+            sw as f64 / sm as f64,
+            pw as f64 / pm as f64
+        );
+    }
+}
+
 /// Runs one workload without criterion, for a profiler.
 fn profile(which: &str) {
     let rounds: u64 = std::env::var("POROUS_PROFILE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
@@ -415,6 +542,14 @@ fn profile(which: &str) {
                 game.run();
             }
             game.delivered()
+        }
+        "secure1" | "plain1" => {
+            let w = SMALL[0];
+            let (mut p, msg) = warm_bulk_in(w, which == "secure1");
+            for _ in 0..rounds {
+                p.bulk_round(&msg, w.batch, TICK);
+            }
+            p.at_b.messages
         }
         _ => {
             let w = SMALL[2];
@@ -437,6 +572,10 @@ fn main() {
         profile(&which);
         return;
     }
+    if std::env::var_os("POROUS_SECURE_ONLY").is_some() {
+        report_secure();
+        return;
+    }
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
@@ -447,5 +586,6 @@ fn main() {
     bench_bulk(&mut c, LARGE);
     bench_game(&mut c);
     report_allocations();
+    report_secure();
     c.final_summary();
 }

@@ -19,8 +19,10 @@
 //! assert!(config.validate().is_ok());
 //! ```
 
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
+use crate::token::PrivateKey;
 use crate::wire::{MAX_MTU, MIN_MTU};
 
 /// A channel's priority in the transfer layer's send queues.
@@ -280,6 +282,63 @@ pub struct HostConfig {
     pub peer: PeerConfig,
     /// Where sequence numbers start. Default: [`SequenceStart::Random`].
     pub sequence_start: SequenceStart,
+    /// Secure mode: connect tokens and sealed datagrams ([`SecureConfig`]). `None`, the
+    /// default, is plain mode (LAN games, simulations): a plain and a secure host never
+    /// connect to each other.
+    pub secure: Option<SecureConfig>,
+}
+
+/// Secure mode (`docs/security.md`): a client connects only with a connect token from the
+/// game's backend ([`crate::token`]), which the server verifies; every datagram after the
+/// connection request is encrypted and authenticated (ChaCha20-Poly1305, keys from the
+/// token), and replayed datagrams are dropped.
+///
+/// A host that only connects needs [`SecureConfig::client`]; a server also needs the
+/// backend's private key, the addresses tokens name it by, and the wall-clock time at
+/// some instant (the core reads no clock; it checks a token's expiry against this anchor
+/// plus the `now` it is given).
+///
+/// ```
+/// use std::time::{Instant, SystemTime, UNIX_EPOCH};
+/// use porous_proto::{HostConfig, SecureConfig};
+/// use porous_proto::token::PrivateKey;
+///
+/// let key = PrivateKey::from_bytes([7; 32]); // from the backend's configuration
+/// let unix = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+/// let mut config = HostConfig::default();
+/// config.secure = Some(SecureConfig::server(key, vec!["203.0.113.5:7777".parse()?], Instant::now(), unix));
+/// assert!(config.validate().is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SecureConfig {
+    /// The key shared with the backend that issues tokens; `None` on a host that only
+    /// connects (it then ignores every connection request).
+    pub private_key: Option<PrivateKey>,
+    /// The addresses this host is reachable at, as tokens name them: a token that names
+    /// none of them is refused. Required with a private key.
+    pub public_addresses: Vec<SocketAddr>,
+    /// The wall-clock time, in seconds since the Unix epoch, at an instant: token expiry is
+    /// judged at `unix + (now - instant)`. Required with a private key.
+    pub unix_time: Option<(Instant, u64)>,
+    /// How many used tokens the host remembers, to refuse one used from a second address
+    /// (the oldest is forgotten first; a token is remembered until it expires unless
+    /// this many newer ones push it out). About 64 bytes each. Default: 4096.
+    pub token_memory: usize,
+}
+
+impl SecureConfig {
+    /// Secure mode for a host that only connects (with tokens).
+    pub fn client() -> Self {
+        Self { private_key: None, public_addresses: Vec::new(), unix_time: None, token_memory: 4096 }
+    }
+
+    /// Secure mode for a server: the backend's key, the addresses tokens name this server
+    /// by, and the Unix time (seconds) at instant `at`.
+    pub fn server(private_key: PrivateKey, public_addresses: Vec<SocketAddr>, at: Instant, unix: u64) -> Self {
+        Self { private_key: Some(private_key), public_addresses, unix_time: Some((at, unix)), ..Self::client() }
+    }
 }
 
 impl Default for HostConfig {
@@ -292,6 +351,7 @@ impl Default for HostConfig {
             manual_accept: false,
             peer: PeerConfig::default(),
             sequence_start: SequenceStart::Random,
+            secure: None,
         }
     }
 }
@@ -344,6 +404,9 @@ pub enum ConfigError {
     ZeroDuration(&'static str),
     /// `initial_window` is 0.
     InitialWindow,
+    /// Secure mode: a server (with a private key) lacks public addresses or the Unix time,
+    /// or `token_memory` is zero (names what is missing).
+    Secure(&'static str),
 }
 
 impl core::fmt::Display for ConfigError {
@@ -373,6 +436,7 @@ impl core::fmt::Display for ConfigError {
             ),
             Self::ZeroDuration(name) => write!(f, "{name} must be longer than zero"),
             Self::InitialWindow => f.write_str("initial_window must be at least 1 datagram"),
+            Self::Secure(what) => write!(f, "secure mode: {what}"),
         }
     }
 }

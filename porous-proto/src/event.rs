@@ -90,7 +90,13 @@ pub enum Event {
         /// listening host always gets it. Connect data travels only in requests, never in
         /// replies, so the side that connected gets the other's only when both connected to
         /// each other at once and one of the other's requests arrived first.
+        ///
+        /// Secure mode: on the server, the user data of the client's connect token, as the
+        /// backend wrote it (authenticated; a client cannot change it); empty on the client.
         data: Bytes,
+        /// Secure mode: on the server, the client id of the client's connect token, as the
+        /// backend wrote it. `None` in plain mode and on the client.
+        client_id: Option<u64>,
     },
     /// A remote host asks to connect, and the application decides
     /// ([`HostConfig::manual_accept`](crate::HostConfig::manual_accept)): call
@@ -109,8 +115,12 @@ pub enum Event {
         /// Its address (unproven).
         remote: SocketAddr,
         /// The connect data it sent ([`Host::connect_with`](crate::Host::connect_with)),
-        /// at most [`MAX_CONNECT_DATA`](crate::wire::MAX_CONNECT_DATA) bytes.
+        /// at most [`MAX_CONNECT_DATA`](crate::wire::MAX_CONNECT_DATA) bytes. Secure mode:
+        /// its token's user data, verified.
         data: Bytes,
+        /// Secure mode: its token's client id, verified (the token is the backend's; the
+        /// address is still unproven until `Connected`). `None` in plain mode.
+        client_id: Option<u64>,
     },
     /// A packet arrived.
     Received {
@@ -328,6 +338,22 @@ pub enum ConnectError {
         /// ([`PeerConfig::max_connect_data`](crate::PeerConfig::max_connect_data)).
         max: usize,
     },
+    /// Secure mode: connect with [`Host::connect_with_token`](crate::Host::connect_with_token).
+    TokenRequired,
+    /// [`Host::connect_with_token`](crate::Host::connect_with_token) on a host without
+    /// [`HostConfig::secure`](crate::HostConfig::secure).
+    NotSecure,
+    /// The connect token does not decode.
+    Token(crate::token::TokenError),
+    /// The connect token does not name this address among its servers.
+    NotInToken,
+    /// The connection request with this token would not fit this host's `mtu`.
+    TokenTooLarge {
+        /// The request's size.
+        size: usize,
+        /// The `mtu`.
+        max: usize,
+    },
 }
 
 impl core::fmt::Display for ConnectError {
@@ -338,6 +364,13 @@ impl core::fmt::Display for ConnectError {
             Self::InvalidAddress => f.write_str("cannot connect to an unspecified address or port 0"),
             Self::DataTooLarge { size, max } => {
                 write!(f, "{size} bytes of connect data exceed the {max} a request can carry")
+            }
+            Self::TokenRequired => f.write_str("a secure host connects with a connect token (connect_with_token)"),
+            Self::NotSecure => f.write_str("connect tokens need a host in secure mode (HostConfig::secure)"),
+            Self::Token(e) => write!(f, "bad connect token: {e}"),
+            Self::NotInToken => f.write_str("the connect token is not valid for this server address"),
+            Self::TokenTooLarge { size, max } => {
+                write!(f, "a request with this token takes {size} bytes, more than the mtu of {max}")
             }
         }
     }

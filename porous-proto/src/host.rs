@@ -37,9 +37,10 @@ use crate::arena::Arena;
 use crate::config::{ConfigError, HostConfig, SequenceStart};
 use crate::event::{AdmissionError, ConnectError, Event, PeerId, SendError, SendMode, Transmit};
 use crate::limits::span_limit;
-use crate::listener::{Listener, Verdict};
-use crate::peer::{self, Outputs, Peer, Settings};
+use crate::listener::{Admitted, Listener, Refused, Verdict};
+use crate::peer::{self, Outputs, Peer, SecureState, Settings};
 use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
+use crate::token::ConnectToken;
 use crate::wire::{self, Control, DecodeError, Key, KeyClass};
 
 /// The hasher of the address table: SipHash-1-3 under a key of the host's own, so which
@@ -432,6 +433,9 @@ impl Host {
     /// ```
     pub fn connect_with(&mut self, now: Instant, remote: SocketAddr, data: &[u8]) -> Result<PeerId, ConnectError> {
         self.observe(now);
+        if self.config.secure.is_some() {
+            return Err(ConnectError::TokenRequired);
+        }
         if remote.ip().is_unspecified() || remote.port() == 0 {
             return Err(ConnectError::InvalidAddress);
         }
@@ -450,7 +454,75 @@ impl Host {
         let seed = self.rng.next_u64();
         let id = self.next_id();
         let local = (req, Bytes::copy_from_slice(data));
-        let index = self.insert(Peer::outgoing(now, (id, remote), Arc::clone(&self.settings), local, seed));
+        let index = self.insert(Peer::outgoing(now, (id, remote), Arc::clone(&self.settings), local, seed, None));
+        Ok(self.id_of(index))
+    }
+
+    /// Secure mode ([`HostConfig::secure`](crate::HostConfig::secure)): starts connecting
+    /// to `remote`, one of the servers `token` names, with a connect token from the game's
+    /// backend ([`crate::token`]). Every request carries the token's sealed part; the
+    /// server verifies it and its application gets the token's client id and user data in
+    /// [`Event::Connected`]. Everything after the request is encrypted and authenticated
+    /// with the token's keys. A token the server refuses (expired, for another server,
+    /// forged, used from another address) gets no answer: the attempt ends with
+    /// `Disconnected { reason: Timeout }` after the connect timeout.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use porous_proto::{Host, HostConfig, SecureConfig};
+    /// use porous_proto::token::{self, PrivateKey, TokenParams};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = "10.0.0.2:9000".parse()?;
+    /// // The backend, with the key it shares with its servers:
+    /// let key = PrivateKey::from_bytes([7; 32]);
+    /// let params = TokenParams::new(42, vec![server], 1_700_000_000, Duration::from_secs(30));
+    /// let bytes = token::generate(&key, &params, &mut rand_pcg::Pcg64Mcg::new(1))?;
+    /// // The game client:
+    /// let mut config = HostConfig::default();
+    /// config.secure = Some(SecureConfig::client());
+    /// let mut client = Host::with_seed(config, 2)?;
+    /// client.connect_with_token(Instant::now(), server, &bytes)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connect_with_token(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        token: &[u8],
+    ) -> Result<PeerId, ConnectError> {
+        self.observe(now);
+        if self.config.secure.is_none() {
+            return Err(ConnectError::NotSecure);
+        }
+        let token = ConnectToken::decode(token).map_err(ConnectError::Token)?;
+        if !token.server_addresses().contains(&remote) {
+            return Err(ConnectError::NotInToken);
+        }
+        if remote.ip().is_unspecified() || remote.port() == 0 {
+            return Err(ConnectError::InvalidAddress);
+        }
+        if let Some(&i) = self.by_addr.get(&remote) {
+            return Err(ConnectError::PeerExists(self.id_of(i)));
+        }
+        if self.by_addr.len() >= self.config.max_peers {
+            return Err(ConnectError::HostFull);
+        }
+        let (nonce, frame, packet) = self.next_ids();
+        let req = peer::request(&self.config.peer, nonce, frame, packet, None);
+        // The largest request this attempt sends (with a cookie) must fit the datagram size.
+        let mut probe = Vec::new();
+        let with_cookie = wire::ConnectRequest { cookie: Some(wire::Cookie([0; wire::COOKIE_LEN])), ..req };
+        let size = wire::secure::encode_request(&mut probe, token.server_part(), &with_cookie, 0, &token.keys().0);
+        if size > self.config.peer.mtu {
+            return Err(ConnectError::TokenTooLarge { size, max: self.config.peer.mtu });
+        }
+        let seed = self.rng.next_u64();
+        let id = self.next_id();
+        let secure = Some(SecureState::client(&token));
+        let peer = Peer::outgoing(now, (id, remote), Arc::clone(&self.settings), (req, Bytes::new()), seed, secure);
+        let index = self.insert(peer);
         Ok(self.id_of(index))
     }
 
@@ -464,6 +536,9 @@ impl Host {
             Ok(ty) => ty,
             Err(e) => return self.malformed(e),
         };
+        if self.config.secure.is_some() {
+            return self.handle_sealed(now, from, ty, datagram);
+        }
         let Some(&index) = self.by_addr.get(&from) else {
             if wire::key_class(ty) == KeyClass::Version {
                 self.handle_request(now, from, datagram);
@@ -486,6 +561,86 @@ impl Host {
             self.malformed(e);
         }
         self.mark_dirty(index);
+    }
+
+    /// Secure mode: a datagram of `from`, type `ty`. Requests pass the listener's gate
+    /// (token, seal, record of use) before anything else; everything else goes to the
+    /// peer of its address, which opens it with its keys through its replay window.
+    fn handle_sealed(&mut self, now: Instant, from: SocketAddr, ty: u8, datagram: &[u8]) {
+        let known = self.by_addr.get(&from).copied();
+        if ty == wire::secure::REQUEST_TYPE {
+            let admitted = match self.listener.open_sealed(now, from, datagram) {
+                Some(Ok(a)) => a,
+                Some(Err(Refused::Malformed(e))) => return self.malformed(e),
+                // Counted by the listener; a host without a private key takes no requests.
+                Some(Err(_)) => return,
+                None => {
+                    self.stats.unknown_source += 1;
+                    return;
+                }
+            };
+            match known {
+                Some(index) => {
+                    self.drive(index, |peer, out| {
+                        peer.handle_sealed_request(now, admitted.request, &admitted.token, out);
+                    });
+                    self.mark_dirty(index);
+                }
+                None => self.admit_sealed(now, from, &admitted),
+            }
+            return;
+        }
+        let Some(index) = known else {
+            self.stats.unknown_source += 1;
+            return;
+        };
+        let result = if ty & 0x80 == 0 {
+            let Self { slots, out, recv_arena, listener, .. } = self;
+            slots.get_mut(index as usize).and_then(|s| s.peer.as_deref_mut()).map(|peer| {
+                let was = peer.is_pending();
+                let r = peer.handle_sealed_data(now, datagram, recv_arena, out);
+                listener.pending_changed(was, peer.is_pending());
+                r
+            })
+        } else {
+            self.drive(index, |peer, out| peer.handle_sealed_control(now, ty, datagram, out))
+        };
+        match result {
+            Some(Err(DecodeError::Replayed)) => self.stats.replayed += 1,
+            Some(Err(e)) => self.malformed(e),
+            _ => {}
+        }
+        self.mark_dirty(index);
+    }
+
+    /// Secure mode: a verified request from an address with no peer. The listener judges
+    /// it as any request; its replies are sealed for the requester, and a peer it makes
+    /// holds the token's keys, client id and user data.
+    fn admit_sealed(&mut self, now: Instant, from: SocketAddr, admitted: &Admitted) {
+        let req = admitted.request;
+        let reply_key = admitted.token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
+        let reply = |host: &mut Self, c: &Control<'_>| {
+            let salt = host.rng.next_u64();
+            host.out.encode(from, |buf| wire::secure::encode_reply(buf, c, &reply_key, salt));
+        };
+        match self.listener.judge(now, from, &req, self.by_addr.len(), &self.config.peer) {
+            Verdict::Challenge(cookie) => reply(self, &Control::Challenge(cookie)),
+            Verdict::Refuse(reason) => reply(self, &Control::Refuse(reason)),
+            Verdict::Defer => {}
+            Verdict::Accept(params) => {
+                self.listener.record_token(admitted, from);
+                let (nonce, frame, packet) = self.next_ids();
+                let seed = self.rng.next_u64();
+                let secure = Some(SecureState::server(&admitted.token, self.rng.next_u64()));
+                let local = peer::request(&self.config.peer, nonce, frame, packet, None);
+                let at = (self.next_id(), from);
+                let settings = Arc::clone(&self.settings);
+                let remote = (req, params, admitted.token.user_data.clone());
+                let manual = self.config.manual_accept;
+                let peer = Peer::incoming(now, at, settings, (local, seed), remote, manual, secure, &mut self.out);
+                self.insert(peer);
+            }
+        }
     }
 
     fn malformed(&mut self, e: DecodeError) {
@@ -516,7 +671,7 @@ impl Host {
                 let settings = Arc::clone(&self.settings);
                 let remote = (req, params, Bytes::copy_from_slice(data));
                 let manual = self.config.manual_accept;
-                let peer = Peer::incoming(now, at, settings, (local, seed), remote, manual, &mut self.out);
+                let peer = Peer::incoming(now, at, settings, (local, seed), remote, manual, None, &mut self.out);
                 self.insert(peer);
             }
         }
@@ -758,6 +913,10 @@ impl Host {
     pub fn stats(&self) -> HostStats {
         let l = self.listener.counters();
         HostStats {
+            bad_tokens: l.bad_tokens,
+            expired_tokens: l.expired_tokens,
+            wrong_server_tokens: l.wrong_server_tokens,
+            reused_tokens: l.reused_tokens,
             refused: l.refused,
             challenged: l.challenged,
             bad_cookies: l.bad_cookies,
@@ -785,7 +944,8 @@ impl Host {
             // eighth of its buckets free.
             + self.by_addr.capacity() * 8 / 7 * (size_of::<(SocketAddr, u32)>() + 1)
             + self.timers.memory()
-            + self.dirty.capacity() * size_of::<u32>();
+            + self.dirty.capacity() * size_of::<u32>()
+            + self.listener.memory();
         m.buffers = self.out.memory() + self.recv_arena.capacity();
         m.total = m.peers + m.table + m.buffers;
         m

@@ -51,12 +51,13 @@ pub mod seq;
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
 mod stats;
+pub mod token;
 mod transfer;
 pub mod wire;
 
 pub use config::{
     ChannelConfig, ConfigError, CongestionControl, DEFAULT_UNRELIABLE_DEADLINE, HostConfig, PeerConfig, Priority,
-    SequenceStart,
+    SecureConfig, SequenceStart,
 };
 pub use event::{
     AdmissionError, ConnectError, DisconnectReason, Event, Mismatch, PeerId, SendError, SendMode, Transmit,

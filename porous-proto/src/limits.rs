@@ -103,7 +103,27 @@ impl HostConfig {
         if self.max_peers == 0 || self.max_pending == 0 {
             return Err(ConfigError::NoPeers);
         }
-        self.peer.validate()
+        self.peer.validate()?;
+        if let Some(s) = &self.secure {
+            if s.private_key.is_some() && s.public_addresses.is_empty() {
+                return Err(ConfigError::Secure("a server needs public_addresses, as its tokens name it"));
+            }
+            if s.private_key.is_some() && s.unix_time.is_none() {
+                return Err(ConfigError::Secure("a server needs unix_time to judge token expiry"));
+            }
+            if s.token_memory == 0 {
+                return Err(ConfigError::Secure("token_memory must be at least 1"));
+            }
+            // Sealing takes `SEAL_EXTRA` bytes of every datagram: what is left must be a
+            // valid datagram size for the layers below.
+            let mut sealed = self.peer.clone();
+            sealed.mtu = sealed.mtu.saturating_sub(wire::secure::SEAL_EXTRA);
+            sealed.validate().map_err(|e| match e {
+                ConfigError::Mtu(_) => ConfigError::Mtu(self.peer.mtu),
+                e => e,
+            })?;
+        }
+        Ok(())
     }
 }
 

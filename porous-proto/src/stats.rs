@@ -225,4 +225,18 @@ pub struct HostStats {
     pub rejected: u64,
     /// Peers currently in the table (any state).
     pub peers: usize,
+    /// Secure mode: connection requests whose token or seal did not verify (forged,
+    /// altered, another key, undecodable), dropped unanswered.
+    pub bad_tokens: u64,
+    /// Secure mode: connection requests with an expired token, dropped unanswered.
+    pub expired_tokens: u64,
+    /// Secure mode: connection requests with a token for other servers, dropped
+    /// unanswered.
+    pub wrong_server_tokens: u64,
+    /// Secure mode: connection requests with a token already used from another address,
+    /// dropped unanswered.
+    pub reused_tokens: u64,
+    /// Secure mode: sealed datagrams dropped as replays (a counter accepted already, or
+    /// too far behind the newest to tell).
+    pub replayed: u64,
 }

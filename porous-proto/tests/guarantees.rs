@@ -11,7 +11,8 @@
 //! - fragmented packets of every mode up to the configured maximum reassemble correctly,
 //!   and the reassembly memory cap holds;
 //! - connections survive 30% loss, time out when the link dies, and reconnect;
-//! - corrupted datagrams are rejected by the integrity check and change no state.
+//! - corrupted datagrams are rejected by the integrity check and change no state;
+//! - the delivery guarantees hold in secure mode too (connect tokens, sealed datagrams).
 //!
 //! Set `POROUS_QC_TESTS` to run more cases than the default.
 
@@ -20,8 +21,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use porous_proto::sim::{BurstLoss, LinkConditions, Network};
-use porous_proto::{ChannelConfig, DisconnectReason, Event, HostConfig, PeerId, PeerState, SendMode, SequenceStart};
+use porous_proto::sim::{BurstLoss, LinkConditions, Network, seeded_rng};
+use porous_proto::token::{self, PrivateKey, TokenParams};
+use porous_proto::{
+    ChannelConfig, DisconnectReason, Event, HostConfig, PeerId, PeerState, SecureConfig, SendMode, SequenceStart,
+};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 const MS: Duration = Duration::from_millis(1);
@@ -188,6 +192,9 @@ struct Case {
     mtu: (u16, u16),
     /// Channel 3 is unordered (reliable packets only) on both sides.
     unordered: bool,
+    /// Secure mode: `a` connects to `b` with a connect token, every datagram sealed. The
+    /// datagram size is then at least 256 bytes (the token's request must fit).
+    secure: bool,
 }
 
 /// A datagram size from 128 to 9,000 bytes, the edges and common sizes often.
@@ -210,6 +217,7 @@ impl Arbitrary for Case {
             wrap: bool::arbitrary(g),
             mtu: (mtu(g), mtu(g)),
             unordered: bool::arbitrary(g),
+            secure: false,
         }
     }
 }
@@ -245,8 +253,26 @@ fn heal_bound(latency: Duration, backlog_bytes: usize, mtu: u16) -> Duration {
 }
 
 fn connect(net: &mut Network, a: SocketAddr, b: SocketAddr, limit: Duration) -> Option<(PeerId, PeerId)> {
+    connect_with(net, a, b, limit, None)
+}
+
+/// Secure mode's backend key, and the Unix time the simulation starts at.
+const PRIVATE_KEY: PrivateKey = PrivateKey::from_bytes([0x3C; 32]);
+const UNIX: u64 = 1_800_000_000;
+
+/// `connect`, with a connect token for `b` when `token` is given.
+fn connect_with(
+    net: &mut Network,
+    a: SocketAddr,
+    b: SocketAddr,
+    limit: Duration,
+    token: Option<&[u8]>,
+) -> Option<(PeerId, PeerId)> {
     let now = net.now();
-    let pa = net.host_mut(a).connect(now, b).ok()?;
+    let pa = match token {
+        Some(t) => net.host_mut(a).connect_with_token(now, b, t).ok()?,
+        None => net.host_mut(a).connect(now, b).ok()?,
+    };
     let mut pb = None;
     let mut ok_a = false;
     net.run_until(limit, |net| {
@@ -267,18 +293,31 @@ fn connect(net: &mut Network, a: SocketAddr, b: SocketAddr, limit: Duration) -> 
 fn run_case(case: &Case) -> Result<String, String> {
     let (a, b) = (addr(1), addr(2));
     let mut net = Network::new(case.seed);
-    let config = |mtu| {
+    let start = net.now();
+    let config = |mtu: u16, secure: Option<SecureConfig>| {
+        let mtu = if secure.is_some() { mtu.max(256) } else { mtu };
         let mut c = sized(case.wrap, mtu);
         if case.unordered {
             c.peer.channels[UNORDERED] = ChannelConfig::unordered();
         }
+        c.secure = secure;
         c
     };
-    net.add_host(a, config(case.mtu.0)).map_err(|e| e.to_string())?;
-    net.add_host(b, config(case.mtu.1)).map_err(|e| e.to_string())?;
+    let (sa, sb) = match case.secure {
+        true => (Some(SecureConfig::client()), Some(SecureConfig::server(PRIVATE_KEY, vec![b], start, UNIX))),
+        false => (None, None),
+    };
+    net.add_host(a, config(case.mtu.0, sa)).map_err(|e| e.to_string())?;
+    net.add_host(b, config(case.mtu.1, sb)).map_err(|e| e.to_string())?;
     net.set_link(a, b, case.ab.0);
     net.set_link(b, a, case.ba.0);
-    let (pa, pb) = connect(&mut net, a, b, 60 * SEC).ok_or("never connected")?;
+    let token = case.secure.then(|| {
+        let mut p = TokenParams::new(case.seed, vec![b], UNIX, Duration::from_secs(120));
+        p.timeout = Duration::from_secs(30);
+        token::generate(&PRIVATE_KEY, &p, &mut seeded_rng(case.seed))
+    });
+    let token = token.transpose().map_err(|e| e.to_string())?;
+    let (pa, pb) = connect_with(&mut net, a, b, 60 * SEC, token.as_deref()).ok_or("never connected")?;
     let channels = 4;
     let ledger = || Ledger::new(channels).unordered(UNORDERED, case.unordered);
     let (mut at_b, mut at_a) = (ledger(), ledger());
@@ -329,7 +368,8 @@ fn run_case(case: &Case) -> Result<String, String> {
     net.set_link(a, b, healed);
     net.set_link(b, a, LinkConditions::perfect(case.ba.0.latency));
     let healed_at = net.elapsed();
-    let bound = heal_bound(case.ab.0.latency.max(case.ba.0.latency), backlog, case.mtu.0.min(case.mtu.1));
+    let mtu = if case.secure { case.mtu.0.min(case.mtu.1).max(256) } else { case.mtu.0.min(case.mtu.1) };
+    let bound = heal_bound(case.ab.0.latency.max(case.ba.0.latency), backlog, mtu);
     let done = net.run_until(bound, |net| {
         pump(net, &mut at_b, &mut at_a, &mut error);
         error.is_some() || (at_b.missing_reliable().is_empty() && at_a.missing_reliable().is_empty())
@@ -369,6 +409,18 @@ fn delivery_guarantees_hold_over_arbitrary_networks() {
 }
 
 #[test]
+fn delivery_guarantees_hold_over_arbitrary_networks_in_secure_mode() {
+    fn prop(mut case: Case) -> TestResult {
+        case.secure = true;
+        match run_case(&case) {
+            Ok(_) => TestResult::passed(),
+            Err(e) => TestResult::error(format!("{case:?}\n{e}")),
+        }
+    }
+    QuickCheck::new().tests(cases(300)).max_tests(100_000).quickcheck(prop as fn(Case) -> TestResult);
+}
+
+#[test]
 fn delivery_guarantees_hold_on_every_preset() {
     let presets = [
         ("lan", LinkConditions::lan()),
@@ -388,6 +440,7 @@ fn delivery_guarantees_hold_on_every_preset() {
                 wrap: seed % 2 == 0,
                 mtu: (1200, 1200),
                 unordered: seed % 4 < 2,
+                secure: seed % 3 == 0,
             };
             if let Err(e) = run_case(&case) {
                 panic!("{name}, seed {seed}: {e}");
@@ -729,6 +782,7 @@ fn two_runs_with_one_seed_give_identical_event_logs() {
         wrap: true,
         mtu: (1200, 1200),
         unordered: false,
+        secure: false,
     };
     let run = || {
         let (a, b) = (addr(1), addr(2));

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use porous_proto::wire::secure::{SEAL_EXTRA, SecretKey};
 use porous_proto::wire::{
     AckRange, DataHeader, DataWriter, Fragment, Key, Message, MessageKind, SendMode, fragment_payload,
 };
@@ -22,8 +23,17 @@ fn reliable(channel: u8, id: u32) -> Message<'static> {
 }
 
 fn datagram(header: DataHeader<'_>, msgs: &[Message<'_>]) -> Vec<u8> {
+    encode(Key::connection(0x1234_5678, 0x9ABC_DEF0), header, msgs)
+}
+
+/// The same datagram in secure mode.
+fn sealed(header: DataHeader<'_>, msgs: &[Message<'_>]) -> Vec<u8> {
+    encode(Key::sealed(SecretKey::from_bytes([7; 32]), 0x0102_0304), header, msgs)
+}
+
+fn encode(key: Key, header: DataHeader<'_>, msgs: &[Message<'_>]) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut w = DataWriter::new(&mut out, Key::connection(0x1234_5678, 0x9ABC_DEF0), &header);
+    let mut w = DataWriter::new(&mut out, key, &header);
     for (i, m) in msgs.iter().enumerate() {
         w.message(m, true, i + 1 == msgs.len());
     }
@@ -39,9 +49,23 @@ struct Row {
     what: &'static str,
     payload: usize,
     bytes: usize,
+    /// The same datagram in secure mode: its length and payload (a full fragment carries
+    /// less, so that it still fits the MTU).
+    sealed: usize,
+    sealed_payload: usize,
 }
 
 fn rows() -> Vec<Row> {
+    let mut plain = rows_with(datagram, fragment_payload(1200));
+    // Secure mode's fragments are smaller by what sealing adds, so they fit the same MTU.
+    let secure = rows_with(sealed, fragment_payload(1200 - SEAL_EXTRA));
+    for (p, s) in plain.iter_mut().zip(secure) {
+        (p.sealed, p.sealed_payload) = (s.bytes, s.payload);
+    }
+    plain
+}
+
+fn rows_with(datagram: fn(DataHeader<'_>, &[Message<'_>]) -> Vec<u8>, fragment: usize) -> Vec<Row> {
     let one = datagram(frame(0x2A), &[reliable(0, 0x05_0001)]);
     let one_ch = datagram(frame(0x2A), &[reliable(3, 0x05_0001)]);
     let ten: Vec<_> = (0..10).map(|i| reliable(0, 0x05_0001 + i)).collect();
@@ -53,38 +77,98 @@ fn rows() -> Vec<Row> {
     let unreliable =
         Message { kind: MessageKind::Fragment(SendMode::Unreliable), dependency: 0, ..reliable(0, 0x05_0001) };
     let unreliable = datagram(frame(0x2A), &[unreliable]);
-    let big = vec![0u8; fragment_payload(1200)];
+    let big = vec![0u8; fragment];
     let frag = Message { fragment: Fragment { index: 3, count: 10 }, payload: &big, ..reliable(0, 0x05_0001) };
     let frag = datagram(frame(0x2A), &[frag]);
     let ping = datagram(DataHeader { ping: Some(1), ..Default::default() }, &[]);
     vec![
-        Row { what: "one 32-byte reliable message alone (channel 0)", payload: 32, bytes: one.len() },
-        Row { what: "one 32-byte reliable message alone (channel 3)", payload: 32, bytes: one_ch.len() },
-        Row { what: "one 32-byte unreliable message alone", payload: 32, bytes: unreliable.len() },
-        Row { what: "ten 32-byte reliable messages in one frame", payload: 320, bytes: ten.len() },
-        Row { what: "one 32-byte reliable message + piggybacked ack", payload: 32, bytes: with_ack.len() },
-        Row { what: "acknowledgement alone (one range)", payload: 0, bytes: ack_only.len() },
-        Row { what: "ping alone", payload: 0, bytes: ping.len() },
-        Row { what: "one full fragment of a large packet (MTU 1200)", payload: big.len(), bytes: frag.len() },
+        Row {
+            what: "one 32-byte reliable message alone (channel 0)",
+            payload: 32,
+            bytes: one.len(),
+            sealed: 0,
+            sealed_payload: 0,
+        },
+        Row {
+            what: "one 32-byte reliable message alone (channel 3)",
+            payload: 32,
+            bytes: one_ch.len(),
+            sealed: 0,
+            sealed_payload: 0,
+        },
+        Row {
+            what: "one 32-byte unreliable message alone",
+            payload: 32,
+            bytes: unreliable.len(),
+            sealed: 0,
+            sealed_payload: 0,
+        },
+        Row {
+            what: "ten 32-byte reliable messages in one frame",
+            payload: 320,
+            bytes: ten.len(),
+            sealed: 0,
+            sealed_payload: 0,
+        },
+        Row {
+            what: "one 32-byte reliable message + piggybacked ack",
+            payload: 32,
+            bytes: with_ack.len(),
+            sealed: 0,
+            sealed_payload: 0,
+        },
+        Row {
+            what: "acknowledgement alone (one range)",
+            payload: 0,
+            bytes: ack_only.len(),
+            sealed: 0,
+            sealed_payload: 0,
+        },
+        Row { what: "ping alone", payload: 0, bytes: ping.len(), sealed: 0, sealed_payload: 0 },
+        Row {
+            what: "one full fragment of a large packet (MTU 1200)",
+            payload: big.len(),
+            bytes: frag.len(),
+            sealed: 0,
+            sealed_payload: 0,
+        },
     ]
 }
 
 fn table() -> String {
-    let mut t = String::from("| datagram | payload | on the wire | overhead |\n|---|---:|---:|---:|\n");
+    let mut t = String::from(
+        "| datagram | payload | plain: on the wire | overhead | secure: on the wire | overhead |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+    );
     for r in rows() {
-        writeln!(t, "| {} | {} B | {} B | {} B |", r.what, r.payload, r.bytes, r.bytes - r.payload).unwrap();
+        let (plain, secure) = (r.bytes - r.payload, r.sealed - r.sealed_payload);
+        let carrying =
+            if r.sealed_payload == r.payload { String::new() } else { format!(" ({} B payload)", r.sealed_payload) };
+        writeln!(
+            t,
+            "| {} | {} B | {} B | {plain} B | {} B{carrying} | {secure} B |",
+            r.what, r.payload, r.bytes, r.sealed
+        )
+        .unwrap();
     }
     let rows = rows();
     let single = rows[0].bytes - rows[0].payload;
+    let single_sealed = rows[0].sealed - rows[0].sealed_payload;
     let ten = rows[3].bytes - rows[3].payload;
     let per_additional = (ten - single) as f64 / 9.0;
     t.push('\n');
     t.push_str("Against the field, one small reliable message alone in a datagram:\n\n");
     t.push_str("| library | overhead, one message | per additional message in a batch |\n|---|---:|---:|\n");
     writeln!(t, "| **POROUS** (this encoder) | **{single} B** (check included) | **{per_additional:.1} B** |").unwrap();
+    writeln!(
+        t,
+        "| **POROUS, secure mode** | **{single_sealed} B** (4-byte counter and 16-byte tag included) | **{per_additional:.1} B** |"
+    )
+    .unwrap();
     t.push_str("| ENet 1.3.17 | 10 B (no checksum) | about 6 B |\n");
     t.push_str("| uflow | 16 B | - |\n");
     t.push_str("| laminar | 16 B | - |\n");
+    t.push_str("| netcode (renet's transport), encrypted | 18 to 25 B (prefix, 1- to 8-byte sequence, 16-byte tag), before the reliability layer's own header | - |\n");
     t
 }
 
@@ -166,8 +250,11 @@ fn overhead_targets_hold() {
     let per_additional = (rows[3].bytes - rows[3].payload - single) / 9;
     assert!(single <= 10, "one small reliable message costs {single} bytes of overhead");
     assert!(per_additional <= 4, "each batched message costs {per_additional} bytes");
-    // A full fragment fits the MTU exactly.
-    assert!(rows[7].bytes <= 1200);
+    // A full fragment fits the MTU exactly, sealed or not.
+    assert!(rows[7].bytes <= 1200 && rows[7].sealed <= 1200);
+    // Secure mode costs exactly the counter and the tag instead of the check.
+    assert!(rows.iter().take(7).all(|r| r.sealed == r.bytes + SEAL_EXTRA));
+    assert_eq!(rows[7].sealed - rows[7].sealed_payload, rows[7].bytes - rows[7].payload + SEAL_EXTRA);
 }
 
 #[test]

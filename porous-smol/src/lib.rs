@@ -54,8 +54,8 @@ use porous_async::runtime::{AsyncTimer, AsyncUdpSocket, Runtime};
 pub use porous_async::{
     ACCEPT_BACKLOG, AdmissionError, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE,
     DeliveryStats, DisconnectReason, Disconnected, Error, Event, HostConfig, HostStats, Incoming, MemoryUsage,
-    Mismatch, Packet, Peer, PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SendError, SendMode,
-    SequenceStart, SocketStats, TransferStats, Transmit, proto,
+    Mismatch, Packet, Peer, PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SecureConfig, SendError,
+    SendMode, SequenceStart, SocketStats, TransferStats, Transmit, proto, token,
 };
 
 /// The smol runtime for [`porous_async`]: drivers spawned on smol's global executor (which
@@ -121,6 +121,12 @@ impl Host {
     /// `smol::net::resolve`.
     pub async fn connect(&self, remote: SocketAddr) -> Result<Peer, Error> {
         self.0.connect(remote).await
+    }
+
+    /// Secure mode: connects to `remote` with a connect token from the game's backend; see
+    /// [`porous_async::Host::connect_with_token`].
+    pub async fn connect_with_token(&self, remote: SocketAddr, token: &[u8]) -> Result<Peer, Error> {
+        self.0.connect_with_token(remote, token).await
     }
 
     /// The next established incoming connection; see [`porous_async::Host::accept`].

@@ -4,14 +4,18 @@
 
 use std::time::Duration;
 
-use scenarios::{admission_errors_are_reported, bind, connect_data_admission_and_disconnect_codes};
+use scenarios::{
+    a_secure_server_decides_on_token_holders, admission_errors_are_reported, bind,
+    connect_data_admission_and_disconnect_codes,
+};
 
 /// What the shared scenarios use, from this crate and this runtime.
 mod rt {
     use std::future::Future;
 
     pub(crate) use porous_tokio::{
-        Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SendMode,
+        Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig, SendMode,
+        token,
     };
 
     /// Spawns `task` on the test's runtime; awaiting the result gives its output.
@@ -36,6 +40,11 @@ async fn connect_data_admission_and_disconnect_codes_on_current_thread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_data_admission_and_disconnect_codes_on_multi_thread() {
     tokio::time::timeout(DEADLINE, connect_data_admission_and_disconnect_codes()).await.expect("deadline");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secure_server_decides_on_token_holders_on_multi_thread() {
+    tokio::time::timeout(DEADLINE, a_secure_server_decides_on_token_holders()).await.expect("deadline");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -1,10 +1,12 @@
 //! The admission scenarios every async runtime crate runs (connect data, manual accept
-//! and reject, disconnect codes over loopback UDP), written once. A runtime's
+//! and reject, disconnect codes, a secure server deciding on token holders, over loopback
+//! UDP), written once. A runtime's
 //! `tests/admission.rs` includes this file as a module beside a module `rt` that names its
 //! crate's types and its `spawn`, and runs each scenario under a deadline on its runtime.
 
 use crate::rt::{
-    Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SendMode, spawn,
+    Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig, SendMode,
+    spawn, token,
 };
 
 pub(crate) async fn bind(config: &HostConfig) -> Host {
@@ -112,4 +114,65 @@ pub(crate) async fn admission_errors_are_reported() {
     });
     let _to_server = client.connect_with(server.local_addr(), &b"v1"[..]).await.expect("connect");
     assert_eq!(&accepting.await.connect_data()[..], b"v1");
+}
+
+/// Secure mode with manual admission: the server decides on each request from its token's
+/// client id and user data (verified before it is asked), rejects one holder with a code
+/// and admits another, whose connection carries them again; a secure client cannot send
+/// connect data of its own.
+pub(crate) async fn a_secure_server_decides_on_token_holders() {
+    let key = token::PrivateKey::from_bytes([0x42; 32]);
+    let unix = 1_800_000_000;
+    // Tokens name the server's address: take a free port, then bind the server to it.
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address");
+    let mut server_config = manual();
+    server_config.secure = Some(SecureConfig::server(key.clone(), vec![addr], std::time::Instant::now(), unix));
+    let server = Host::bind(addr, server_config).await.expect("bind");
+    let mut client_config = HostConfig::default();
+    client_config.secure = Some(SecureConfig::client());
+    let (ada, eve) = (bind(&client_config).await, bind(&client_config).await);
+    let token_for = |client_id: u64, user_data: &[u8]| {
+        let mut params = token::TokenParams::new(client_id, vec![addr], unix, std::time::Duration::from_secs(30));
+        params.user_data = user_data.to_vec();
+        token::generate_from_entropy(&key, &params).expect("a token")
+    };
+
+    let plain = ada.connect_with(addr, &b"v1"[..]).await;
+    assert!(matches!(plain, Err(Error::Connect(ConnectError::TokenRequired))), "{plain:?}");
+
+    let deciding = spawn({
+        let server = server.clone();
+        async move {
+            let mut admitted = None;
+            for _ in 0..2 {
+                let request = server.incoming().await.expect("a request");
+                match request.client_id() {
+                    Some(7) => {
+                        assert_eq!(&request.data()[..], b"name=ada");
+                        admitted = Some(request.accept().await.expect("admitted"));
+                    }
+                    Some(666) => {
+                        assert_eq!(&request.data()[..], b"name=eve");
+                        request.reject(403);
+                    }
+                    other => panic!("a request with client id {other:?}"),
+                }
+            }
+            admitted.expect("ada was admitted")
+        }
+    });
+    let refused = spawn({
+        let (eve, t) = (eve.clone(), token_for(666, b"name=eve"));
+        async move { eve.connect_with_token(addr, &t).await }
+    });
+    let to_server = ada.connect_with_token(addr, &token_for(7, b"name=ada")).await.expect("ada connects");
+    let to_ada = deciding.await;
+    match refused.await {
+        Err(Error::Failed(reason)) => assert_eq!(reason, DisconnectReason::Rejected { code: 403 }),
+        other => panic!("eve was not rejected: {other:?}"),
+    }
+    assert_eq!((to_ada.client_id(), &to_ada.connect_data()[..]), (Some(7), &b"name=ada"[..]));
+    assert_eq!((to_server.client_id(), to_server.connect_data().len()), (None, 0));
+    to_server.send(0, &b"hi"[..], SendMode::Reliable).unwrap();
+    assert_eq!(to_ada.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "hi"));
 }

@@ -24,6 +24,14 @@
 //!   application gave (or 0);
 //! - at the end, with the network healed and no forger involved, every reliable packet
 //!   sent on a live connection arrives: nothing stalls forever.
+//!
+//! The `host_secure` target runs the same scripts with both hosts in secure mode
+//! (`HostConfig::secure`): the client connects with connect tokens; strangers' requests
+//! carry valid, forged, expired and wrong-server tokens (and strangers with a valid one
+//! answer the server's sealed replies); the forger, who has no keys in secure mode, seals
+//! its datagrams with a wrong key, and a corrupted datagram cannot be resealed. None of
+//! these taints a host: the delivery guarantees must hold through all of them. Replies to
+//! an unproven address may be as large as the smallest sealed request.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -31,15 +39,18 @@ use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::{Bytes, BytesMut};
+use rand_pcg::Pcg32;
 
 use super::wire::{ack_ranges, arbitrary_request};
 use crate::channel::ENTRY_OVERHEAD;
-use crate::config::{ChannelConfig, HostConfig, SequenceStart};
+use crate::config::{ChannelConfig, HostConfig, SecureConfig, SequenceStart};
 use crate::event::{DisconnectReason, Event, PeerId};
 use crate::host::Host;
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 use crate::sim::{Held, LinkConditions, Network, seeded_rng};
 use crate::stats::PeerState;
+use crate::token::{self, ConnectToken, PrivateKey, TokenParams};
+use crate::wire::secure::{self as sealed, SEALED_REQUEST_SIZE, SecretKey, Use};
 use crate::wire::{
     self, CHECK_LEN, ConnectRequest, Control, DataHeader, DataWriter, Fragment, Key, MAX_FRAGMENTS, Message,
     MessageKind, SendMode,
@@ -63,6 +74,12 @@ const HEAL_FOR: Duration = Duration::from_secs(60);
 const fn addr(host: u8, port: u16) -> SocketAddr {
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, host), port))
 }
+
+/// Secure mode: the backend's key, and the Unix time at the script's start.
+const PRIVATE_KEY: PrivateKey = PrivateKey::from_bytes([0x5E; 32]);
+const UNIX: u64 = 1_800_000_000;
+/// Secure mode: the client id of every token the backend makes.
+const CLIENT_ID: u64 = 9;
 
 fn stranger_addr(i: u8) -> SocketAddr {
     addr(100 + i % STRANGERS, 7000)
@@ -260,6 +277,17 @@ impl<'a> Arbitrary<'a> for HostScript {
 }
 
 /// Small caps, so a script reaches every one; short timers, so it reaches them too.
+/// Secure mode: the client's and the server's configurations differ in `secure` only.
+fn configs(script: &HostScript, secure: Option<Instant>) -> [HostConfig; 2] {
+    let c = config(script);
+    let Some(t0) = secure else { return [c.clone(), c] };
+    let mut client = c.clone();
+    client.secure = Some(SecureConfig::client());
+    let mut server = c;
+    server.secure = Some(SecureConfig::server(PRIVATE_KEY, vec![SERVER], t0, UNIX));
+    [client, server]
+}
+
 fn config(script: &HostScript) -> HostConfig {
     let mut c = HostConfig {
         max_peers: 6,
@@ -309,13 +337,15 @@ impl Caps {
 
 /// A stranger's view of its handshake with the server, and the bytes each way until it
 /// proves it receives (by acknowledging the server's reply).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Stranger {
     request: Option<ConnectRequest>,
     reply: Option<Control<'static>>,
     proven: bool,
     bytes_in: usize,
     bytes_out: usize,
+    /// Secure mode: the token its requests carry, and how many it sent with it.
+    token: Option<(ConnectToken, u32)>,
 }
 
 /// A stranger's connect data: 0 to 256 bytes taken from its request's nonce.
@@ -385,6 +415,9 @@ struct World {
     codes: [Vec<u32>; 2],
     /// Channel `UNORDERED` is unordered.
     unordered: bool,
+    /// Secure mode: when the script started (Unix time `UNIX`), and the backend's
+    /// generator of token keys.
+    secure: Option<(Instant, Pcg32)>,
 }
 
 /// Runs a script; returns how many packets were delivered and checked, so replays can
@@ -392,20 +425,28 @@ struct World {
 pub fn host(data: &[u8]) -> usize {
     let mut u = Unstructured::new(data);
     let Ok(script) = HostScript::arbitrary(&mut u) else { return 0 };
-    run(&script)
+    run(&script, false)
 }
 
-fn run(script: &HostScript) -> usize {
-    let cfg = config(script);
-    let make = |seed| Host::new(cfg.clone(), seeded_rng(seed)).expect("a valid config"); // ok: a fixed config
+/// The same in secure mode: runs a script; returns how many packets were delivered and
+/// checked.
+pub fn host_secure(data: &[u8]) -> usize {
+    let mut u = Unstructured::new(data);
+    let Ok(script) = HostScript::arbitrary(&mut u) else { return 0 };
+    run(&script, true)
+}
+
+fn run(script: &HostScript, secure: bool) -> usize {
     // No randomness is drawn: held links carry nothing by themselves.
     let mut net = Network::new(0);
     net.set_link_both(CLIENT, SERVER, LinkConditions::held());
     let t0 = net.now();
+    let cfgs = configs(script, secure.then_some(t0));
+    let make = |i: usize, seed| Host::new(cfgs[i].clone(), seeded_rng(seed)).expect("a valid config"); // ok: a fixed config
     let mut w = World {
         net,
-        hosts: [make(1), make(2)],
-        caps: Caps::of(&cfg),
+        hosts: [make(0, 1), make(1, 2)],
+        caps: Caps::of(&cfgs[0]),
         last: Default::default(),
         strangers: Default::default(),
         connection: Default::default(),
@@ -414,10 +455,10 @@ fn run(script: &HostScript) -> usize {
         requests: Default::default(),
         codes: Default::default(),
         unordered: script.unordered,
+        secure: secure.then(|| (t0, seeded_rng(3))),
     };
     // Start connected, so that even short scripts reach the data paths.
-    let data = connect_payload(Side::Client, 16);
-    let _ = w.hosts[Side::Client.index()].connect_with(t0, SERVER, &data);
+    w.connect(Side::Client, &connect_payload(Side::Client, 16));
     let mut checked = 0;
     for _ in 0..20 {
         checked += w.settle();
@@ -471,7 +512,11 @@ impl World {
             Step::Reorder(to) => {
                 self.link(*to).requeue_next();
             }
-            Step::Corrupt { to, at, xor, reseal } => self.corrupt(*to, usize::from(*at), *xor, *reseal),
+            Step::Corrupt { to, at, xor, reseal } => {
+                // Without the keys, nobody can reseal a sealed datagram.
+                let reseal = *reseal && self.secure.is_none();
+                self.corrupt(*to, usize::from(*at), *xor, reseal);
+            }
             Step::Replay(to) => {
                 if let Some(d) = self.last[to.index()].clone() {
                     let now = self.now();
@@ -491,6 +536,9 @@ impl World {
                 self.host(*to).handle_datagram(now, from, bytes);
             }
             Step::Forge { to, datagram } => self.forge(*to, datagram),
+            Step::Request { stranger, request } if self.secure.is_some() => {
+                self.sealed_request(stranger % STRANGERS, request.0);
+            }
             Step::Request { stranger, request } => {
                 let i = stranger % STRANGERS;
                 let mut req = request.0;
@@ -506,9 +554,8 @@ impl World {
                 self.send(*from, usize::from(*channel), usize::from(*len), *mode);
             }
             Step::Connect { side, data } => {
-                let now = self.now();
                 let data = connect_payload(*side, 2 * usize::from(*data));
-                let _ = self.host(*side).connect_with(now, side.other().addr(), &data);
+                self.connect(*side, &data);
             }
             Step::Disconnect { side, now: at_once, code } => {
                 let Some(peer) = self.host(*side).peer_by_addr(side.other().addr()) else { return };
@@ -541,6 +588,77 @@ impl World {
         self.host(to).handle_datagram(now, to.other().addr(), &d);
         self.last[to.index()] = Some(d);
         true
+    }
+
+    /// Starts connecting `side` to the other with connect `data`: in plain mode as
+    /// `connect_with`, in secure mode with a fresh token that carries `data` as its user
+    /// data (a server cannot connect: secure mode is client and server). Data beyond what a
+    /// token holds makes no token; `connect_with` then meets the secure host's refusal.
+    fn connect(&mut self, side: Side, data: &[u8]) {
+        let now = self.now();
+        let remote = side.other().addr();
+        match self.fresh_token(TokenKind::Valid, data) {
+            Some(t) => drop(self.host(side).connect_with_token(now, remote, &t)),
+            None => drop(self.host(side).connect_with(now, remote, data)),
+        }
+    }
+
+    /// Secure mode: a token of `kind` for the client with `user_data`, as the backend
+    /// would make it now (or a forger, or a backend long ago, or for another server);
+    /// `None` in plain mode or if the backend refuses the parameters.
+    fn fresh_token(&mut self, kind: TokenKind, user_data: &[u8]) -> Option<Vec<u8>> {
+        let now = self.now();
+        let (t0, rng) = self.secure.as_mut()?;
+        let unix = UNIX + now.saturating_duration_since(*t0).as_secs();
+        let mut p = TokenParams::new(CLIENT_ID, vec![SERVER], unix, Duration::from_secs(30));
+        p.timeout = Duration::from_secs(3);
+        p.user_data = user_data.to_vec();
+        let key = match kind {
+            TokenKind::Forged => PrivateKey::from_bytes([0x17; 32]),
+            TokenKind::Expired => {
+                (p.created, p.expires) = (unix - 60, unix - 1);
+                PRIVATE_KEY
+            }
+            TokenKind::ElsewhereOnly => {
+                p.server_addresses = vec![addr(3, 6000)];
+                PRIVATE_KEY
+            }
+            TokenKind::Valid => PRIVATE_KEY,
+        };
+        token::generate(&key, &p, rng).ok()
+    }
+
+    /// Secure mode: a stranger's sealed request. A stranger keeps its token (it may
+    /// repeat it, from its address) until a request draws a new one: valid (then it meets
+    /// the usual handshake), forged, expired, or for another server. Its user data comes
+    /// from the request's own bytes, as a plain stranger's connect data does.
+    fn sealed_request(&mut self, i: u8, mut req: ConnectRequest) {
+        req.cookie = None;
+        let kind = match req.frame_base % 8 {
+            0..=3 => None,
+            4 => Some(TokenKind::Valid),
+            5 => Some(TokenKind::Forged),
+            6 => Some(TokenKind::Expired),
+            _ => Some(TokenKind::ElsewhereOnly),
+        };
+        let fresh = match kind.or(self.strangers[usize::from(i)].token.is_none().then_some(TokenKind::Valid)) {
+            Some(kind) => self.fresh_token(kind, &connect_data(&req)).and_then(|t| ConnectToken::decode(&t).ok()),
+            None => None,
+        };
+        let st = &mut self.strangers[usize::from(i)];
+        if let Some(t) = fresh {
+            st.token = Some((t, 0));
+        }
+        (st.request, st.reply) = (Some(req), None);
+        self.stranger_sends_request(i, &req);
+    }
+
+    fn stranger_sends_request(&mut self, i: u8, req: &ConnectRequest) {
+        let Some((t, n)) = &mut self.strangers[usize::from(i)].token else { return };
+        let mut out = Vec::new();
+        sealed::encode_request(&mut out, t.server_part(), req, *n, &t.keys().0);
+        *n += 1;
+        self.stranger_to_server(i, &out);
     }
 
     fn deliver_all(&mut self) {
@@ -587,6 +705,20 @@ impl World {
         } else {
             Vec::new()
         };
+        if self.secure.is_some() {
+            // Without the keys: sealed with a wrong key, at a counter the receiver takes.
+            let key = SecretKey::from_bytes([f.ping.unwrap_or(1); 32]);
+            let counter = u64::from(f.ping_ack.unwrap_or(0));
+            let mut out = BytesMut::new();
+            let mut writer = DataWriter::new(&mut out, Key::sealed(key, counter), &header);
+            for (i, m) in messages.iter().enumerate() {
+                writer.message(m, false, i + 1 == messages.len());
+            }
+            writer.finish();
+            let now = self.now();
+            self.host(to).handle_datagram(now, from, &out);
+            return;
+        }
         let mut out = BytesMut::new();
         let mut writer = DataWriter::new(&mut out, Key::version(), &header);
         for (i, m) in messages.iter().enumerate() {
@@ -604,15 +736,22 @@ impl World {
     fn stranger_sends(&mut self, i: u8, c: &Control<'_>, key: Key) {
         let mut out = Vec::new();
         c.encode(key, &mut out);
+        self.stranger_to_server(i, &out);
+    }
+
+    fn stranger_to_server(&mut self, i: u8, datagram: &[u8]) {
         if let Some(st) = self.strangers.get_mut(usize::from(i)) {
-            st.bytes_in += out.len();
+            st.bytes_in += datagram.len();
         }
         let now = self.now();
-        self.host(Side::Server).handle_datagram(now, stranger_addr(i), &out);
+        self.host(Side::Server).handle_datagram(now, stranger_addr(i), datagram);
     }
 
     fn answer(&mut self, i: u8) {
-        let st = self.strangers[usize::from(i)];
+        if self.secure.is_some() {
+            return self.answer_sealed(i);
+        }
+        let st = self.strangers[usize::from(i)].clone();
         match (st.request, st.reply) {
             (Some(_), Some(Control::RequestAck(server))) => {
                 self.stranger_sends(i, &Control::Ack, Key::reply(server.nonce));
@@ -625,6 +764,29 @@ impl World {
                 req.cookie = Some(cookie);
                 let data = connect_data(&req);
                 self.stranger_sends(i, &Control::Request { request: req, data: &data }, Key::version());
+            }
+            _ => {}
+        }
+    }
+
+    /// Secure mode: a stranger answers the sealed reply it opened, with its token's keys:
+    /// the connection's first sealed `Ack`, or its request again with the cookie.
+    fn answer_sealed(&mut self, i: u8) {
+        let st = self.strangers[usize::from(i)].clone();
+        let Some((t, _)) = &st.token else { return };
+        match (st.request, st.reply) {
+            (Some(req), Some(Control::RequestAck(server))) => {
+                let key = t.keys().0.derive(Use::ClientToServer, req.nonce, server.nonce);
+                let mut out = Vec::new();
+                sealed::encode_sealed_control(&mut out, &Control::Ack, &key, 0);
+                self.stranger_to_server(i, &out);
+                if let Some(st) = self.strangers.get_mut(usize::from(i)) {
+                    st.proven = true;
+                }
+            }
+            (Some(mut req), Some(Control::Challenge(cookie))) => {
+                req.cookie = Some(cookie);
+                self.stranger_sends_request(i, &req);
             }
             _ => {}
         }
@@ -690,9 +852,10 @@ impl World {
             self.net.inject(from.addr(), to, payload);
             return;
         }
+        let smallest_request = if self.secure.is_some() { SEALED_REQUEST_SIZE } else { wire::REQUEST_SIZE };
         if !connected(&self.hosts[from.index()]) {
             assert!(
-                payload.len() <= wire::REQUEST_SIZE,
+                payload.len() <= smallest_request,
                 "{} byte datagram to {to}, which has no connection",
                 payload.len()
             );
@@ -708,10 +871,15 @@ impl World {
                     st.bytes_in
                 );
             }
-            if let Some(req) = st.request
-                && let Ok(c) = Control::decode(&payload, Key::reply(req.nonce))
-            {
-                st.reply = Some(kept(c));
+            let reply = match (&st.token, st.request) {
+                (Some((t, _)), Some(req)) if self.secure.is_some() => {
+                    sealed::open_reply(&payload, &t.keys().1.derive(Use::Reply, req.nonce, 0)).ok()
+                }
+                (_, Some(req)) => Control::decode(&payload, Key::reply(req.nonce)).ok().map(kept),
+                _ => None,
+            };
+            if let Some(c) = reply {
+                st.reply = Some(c);
             }
         }
     }
@@ -719,7 +887,8 @@ impl World {
     fn on_event(&mut self, side: Side, e: Event) -> usize {
         let (channel, mode, data) = match e {
             Event::Received { channel, mode, data, .. } => (channel, mode, data),
-            Event::ConnectRequest { peer, remote, data } => {
+            Event::ConnectRequest { peer, remote, data, client_id } => {
+                self.check_client_id(side, client_id);
                 let requests = &mut self.requests[side.index()];
                 if requests.len() == MAX_REQUESTS {
                     requests.pop_front();
@@ -728,7 +897,8 @@ impl World {
                 self.check_connect_data(side, remote, &data);
                 return 0;
             }
-            Event::Connected { remote, data, .. } => {
+            Event::Connected { remote, data, client_id, .. } => {
+                self.check_client_id(side, client_id);
                 self.check_connect_data(side, remote, &data);
                 return 0;
             }
@@ -774,6 +944,13 @@ impl World {
             assert!(oldest.is_none_or(|r| r > seq), "channel {ch}: {seq} overtook reliable packet {oldest:?}");
         }
         1
+    }
+
+    /// A client id comes from a verified token only: on a secure server, the one every
+    /// token of the backend carries; `None` in plain mode and on a client.
+    fn check_client_id(&self, side: Side, client_id: Option<u64>) {
+        let expected = (self.secure.is_some() && side == Side::Server).then_some(CLIENT_ID);
+        assert_eq!(client_id, expected, "{side:?}: a client id not from a verified token");
     }
 
     /// Connect data from the other host arrives as that host sent it (strangers' is
@@ -846,6 +1023,15 @@ impl World {
     }
 }
 
+/// The tokens strangers' requests carry in secure mode.
+#[derive(Clone, Copy, Debug)]
+enum TokenKind {
+    Valid,
+    Forged,
+    Expired,
+    ElsewhereOnly,
+}
+
 fn forged_message<'f>(m: &ForgedMessage, bases: &[u32], filler: &'f [u8]) -> Message<'f> {
     let channel = m.channel % (CHANNELS as u8 + 1);
     let base = bases.get(usize::from(channel)).copied().unwrap_or(0);
@@ -887,6 +1073,21 @@ mod tests {
         assert!(checked > cases, "the replay must deliver data: {checked}");
     }
 
+    /// The same scripts in secure mode.
+    #[test]
+    fn replay_host_secure() {
+        let mut s = SplitMix64::new(0x4057);
+        let mut buf = Vec::new();
+        let mut checked = 0;
+        let cases = 1000;
+        for i in 0..cases {
+            s.fill(&mut buf, 200 + (i * 7919) % 3000);
+            checked += host_secure(&buf);
+        }
+        eprintln!("host_secure: {checked} delivered packets checked in {cases} scripts");
+        assert!(checked > cases, "the replay must deliver data: {checked}");
+    }
+
     /// Inputs the fuzzer once failed on, kept in `fuzz/regressions/host/`.
     #[test]
     fn regressions_hold() {
@@ -895,7 +1096,9 @@ mod tests {
         for entry in std::fs::read_dir(&dir).expect("the regression corpus") {
             let path = entry.expect("a directory entry").path();
             eprintln!("{}", path.display());
-            host(&std::fs::read(&path).expect("a regression input"));
+            let input = std::fs::read(&path).expect("a regression input");
+            host(&input);
+            host_secure(&input);
             n += 1;
         }
         assert!(n > 0, "no regression inputs in {}", dir.display());

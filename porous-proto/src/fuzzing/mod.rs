@@ -7,7 +7,9 @@
 #[cfg(feature = "arbitrary")]
 mod hooks;
 mod host;
+mod token;
 mod wire;
 
-pub use host::{Forged, ForgedMessage, HostScript, Request, Side, Step, host};
+pub use host::{Forged, ForgedMessage, HostScript, Request, Side, Step, host, host_secure};
+pub use token::decode_token;
 pub use wire::{Refs, decode_frame, roundtrip, seed_input};

@@ -19,11 +19,13 @@
 //! every change of its pending status through [`Listener::pending_changed`].
 
 mod cookie;
+mod tokens;
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use cookie::CookieJar;
+pub(crate) use tokens::{Admitted, Refused, TokenGate};
 
 use crate::config::{HostConfig, PeerConfig};
 use crate::peer::{self, Params};
@@ -45,6 +47,10 @@ pub(crate) enum Verdict {
 /// Counters of the listener (reported in `HostStats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ListenerCounters {
+    pub(crate) bad_tokens: u64,
+    pub(crate) expired_tokens: u64,
+    pub(crate) wrong_server_tokens: u64,
+    pub(crate) reused_tokens: u64,
     pub(crate) refused: u64,
     pub(crate) challenged: u64,
     pub(crate) bad_cookies: u64,
@@ -62,6 +68,10 @@ pub(crate) struct Listener {
     challenge_above: usize,
     pending: usize,
     counters: ListenerCounters,
+    /// Secure mode: bytes sealing adds to each datagram (0 in plain mode).
+    seal_extra: usize,
+    /// Secure mode, on a server: the gate requests pass before they are judged.
+    gate: Option<TokenGate>,
 }
 
 impl Listener {
@@ -75,7 +85,41 @@ impl Listener {
             challenge_above: config.challenge_above,
             pending: 0,
             counters: ListenerCounters::default(),
+            seal_extra: if config.secure.is_some() { crate::wire::secure::SEAL_EXTRA } else { 0 },
+            gate: config.secure.as_ref().and_then(TokenGate::new),
         }
+    }
+
+    /// Secure mode: verifies a sealed request's token and seal (see `tokens`), counting
+    /// what fails. `None` on a host that takes no requests (no private key).
+    pub(crate) fn open_sealed(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Option<Result<Admitted, Refused>> {
+        let result = self.gate.as_ref()?.open(now, from, datagram);
+        let c = &mut self.counters;
+        match result {
+            Err(Refused::Bad) => c.bad_tokens += 1,
+            Err(Refused::Expired) => c.expired_tokens += 1,
+            Err(Refused::WrongServer) => c.wrong_server_tokens += 1,
+            Err(Refused::Reused) => c.reused_tokens += 1,
+            Err(Refused::Malformed(_)) | Ok(_) => {}
+        }
+        Some(result)
+    }
+
+    /// Secure mode: `from` now uses the token of `admitted` (it made a peer).
+    pub(crate) fn record_token(&mut self, admitted: &Admitted, from: SocketAddr) {
+        if let Some(g) = &mut self.gate {
+            g.record(&admitted.token, from);
+        }
+    }
+
+    /// Heap bytes of the record of tokens used.
+    pub(crate) fn memory(&self) -> usize {
+        self.gate.as_ref().map_or(0, TokenGate::memory)
     }
 
     /// Judges `req` from `from` at `now`, with `peers` peers in the table and `cfg` this
@@ -102,7 +146,7 @@ impl Listener {
         let verdict = if !self.accept_incoming {
             Err(RefuseReason::NotAccepting)
         } else {
-            peer::negotiate(cfg, req)
+            peer::negotiate(cfg, req, self.seal_extra)
                 .map_err(peer::refusal)
                 .and_then(|params| if peers >= self.max_peers { Err(RefuseReason::HostFull) } else { Ok(params) })
         };

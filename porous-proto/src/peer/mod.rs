@@ -40,6 +40,7 @@
 
 mod negotiate;
 mod output;
+mod secure;
 mod session;
 mod settings;
 mod timers;
@@ -50,13 +51,17 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::arena::Arena;
 use crate::event::{DisconnectReason, Event, PeerId, SendError, SendMode};
 use crate::stats::{PeerState, PeerStats, TransferStats};
+use crate::token::VerifiedToken;
+use crate::wire::secure::SecretKey;
 use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, RefuseReason};
 pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
+pub(crate) use secure::SecureState;
 pub(crate) use session::Session;
-use session::{FrameMessages, initial_windows};
+use session::{FrameMessages, Opening, initial_windows};
 pub(crate) use settings::Settings;
 use timers::{Timer, Timers};
 
@@ -127,6 +132,11 @@ pub(crate) struct Peer {
     requested: bool,
     /// The code the application gave with its disconnection, sent to the remote.
     close_code: u32,
+    /// Nothing heard for this long ends the connection: the configuration's, or in secure
+    /// mode the token's.
+    timeout: Duration,
+    /// Secure mode's keys and counters; boxed, so a plain peer carries only the pointer.
+    secure: Option<Box<SecureState>>,
 }
 
 impl Peer {
@@ -139,6 +149,7 @@ impl Peer {
         seed: u64,
     ) -> Self {
         let retry = settings.config.connect_retry;
+        let timeout = settings.config.timeout;
         Self {
             id,
             remote,
@@ -168,7 +179,18 @@ impl Peer {
             awaiting: false,
             requested: false,
             close_code: 0,
+            timeout,
+            secure: None,
         }
+    }
+
+    /// Secure mode: this peer seals with `secure`, and times out as its token says (never
+    /// within two keepalive intervals, so an idle connection lives).
+    fn set_secure(&mut self, secure: Option<SecureState>) {
+        if let Some(s) = &secure {
+            self.timeout = s.timeout.max(self.settings.config.ping_interval * 2);
+        }
+        self.secure = secure.map(Box::new);
     }
 
     /// A peer for `connect`, known as `id` at `remote`: it starts sending requests, with
@@ -180,16 +202,20 @@ impl Peer {
         settings: Arc<Settings>,
         (local, data): (ConnectRequest, Bytes),
         seed: u64,
+        secure: Option<SecureState>,
     ) -> Self {
         let mut p = Self::new(now, at, settings, local, Origin::Local, seed);
         p.local_data = data;
+        p.set_secure(secure);
         p
     }
 
     /// A peer for a compatible request that arrived. `accepted` is the remote request, the
     /// parameters negotiated from it and its connect data. It answers at once, or, when
     /// the application decides (`manual`), reports the request and waits for
-    /// [`Peer::accept`] or [`Peer::reject`].
+    /// [`Peer::accept`] or [`Peer::reject`]. In secure mode `secure` holds the verified
+    /// token's keys and the connect data is its user data.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn incoming(
         now: Instant,
         at: (PeerId, SocketAddr),
@@ -197,9 +223,11 @@ impl Peer {
         (local, seed): (ConnectRequest, u64),
         accepted: (ConnectRequest, Params, Bytes),
         manual: bool,
+        secure: Option<SecureState>,
         out: &mut Outputs,
     ) -> Self {
         let mut p = Self::new(now, at, settings, local, Origin::Remote, seed);
+        p.set_secure(secure);
         let (req, params, data) = accepted;
         p.set_remote(req);
         p.params = Some(params);
@@ -207,7 +235,8 @@ impl Peer {
         if manual {
             p.awaiting = true;
             p.requested = true;
-            out.event(Event::ConnectRequest { peer: p.id, remote: p.remote, data: p.remote_data.clone() });
+            let client_id = p.secure.as_deref().and_then(SecureState::client_id);
+            out.event(Event::ConnectRequest { peer: p.id, remote: p.remote, data: p.remote_data.clone(), client_id });
         } else {
             p.send_handshake(now, out);
         }
@@ -242,6 +271,9 @@ impl Peer {
     fn set_remote(&mut self, r: ConnectRequest) {
         self.remote_req = Some(r);
         self.keys = Some((Key::connection(self.local.nonce, r.nonce), Key::connection(r.nonce, self.local.nonce)));
+        if let Some(s) = &mut self.secure {
+            s.connect(self.local.nonce, r.nonce);
+        }
     }
 
     /// Whether the application knows this peer's id (so it must hear of its end).
@@ -279,7 +311,14 @@ impl Peer {
 
     fn connected(&mut self, now: Instant, out: &mut Outputs) {
         if let (None, Some(params), Some(req)) = (&self.session, self.params, self.remote_req) {
-            self.session = Some(Box::new(Session::new(&self.settings, params, &self.local, &req, self.skip_seed)));
+            self.session = Some(Box::new(Session::new(
+                &self.settings,
+                params,
+                &self.local,
+                &req,
+                self.skip_seed,
+                self.secure.is_some(),
+            )));
         }
         if let (Some((first, 1)), Some(s)) = (self.handshake_sent, self.session.as_deref_mut()) {
             s.transfer.rtt_sample(now.saturating_duration_since(first));
@@ -288,7 +327,8 @@ impl Peer {
         self.announced = true;
         self.last_recv = now;
         let data = std::mem::take(&mut self.remote_data);
-        out.event(Event::Connected { peer: self.id, remote: self.remote, data });
+        let client_id = self.secure.as_deref().and_then(SecureState::client_id);
+        out.event(Event::Connected { peer: self.id, remote: self.remote, data, client_id });
     }
 
     /// Sends this side's request, acknowledging the other's when it is known.
@@ -299,9 +339,10 @@ impl Peer {
     /// so nobody can make this host send a spoofed address more than it sent (a lost
     /// reply is covered by the requester's own retry).
     fn send_handshake(&mut self, now: Instant, out: &mut Outputs) {
-        match &self.remote_req {
-            Some(r) => out.control(self.remote, &Control::RequestAck(self.local), Key::reply(r.nonce)),
-            None => {
+        match (self.remote_req, &mut self.secure) {
+            (Some(r), _) => self.reply(&Control::RequestAck(self.local), r.nonce, None, out),
+            (None, Some(s)) => s.send_request(out, self.remote, &self.local),
+            (None, None) => {
                 let request = Control::Request { request: self.local, data: &self.local_data };
                 out.control(self.remote, &request, Key::version());
             }
@@ -316,6 +357,35 @@ impl Peer {
             Some((first, n)) => (first, n + 1),
             None => (now, 1),
         });
+    }
+
+    /// Sends `c` in answer to the request of nonce `to`. Plain: keyed with that nonce.
+    /// Secure: a server seals it with `key` (the reply key of a request with another
+    /// token) or this attempt's reply key; a client's only answer is its `Ack`, a datagram
+    /// of the connection.
+    fn reply(&mut self, c: &Control<'_>, to: u32, key: Option<SecretKey>, out: &mut Outputs) {
+        match &mut self.secure {
+            None => out.control(self.remote, c, Key::reply(to)),
+            Some(s) if s.is_client() => {
+                if matches!(c, Control::Ack) {
+                    s.send_control(out, self.remote, c);
+                }
+            }
+            Some(s) => {
+                let key = key.unwrap_or_else(|| s.reply_key(to));
+                s.send_reply(out, self.remote, c, &key);
+            }
+        }
+    }
+
+    /// Sends a control datagram of the connection (`Disconnect`, `DisconnectAck`), once its
+    /// keys exist.
+    fn send_connection(&mut self, c: &Control<'_>, out: &mut Outputs) {
+        match (&mut self.secure, self.keys) {
+            (Some(s), _) => s.send_control(out, self.remote, c),
+            (None, Some((key, _))) => out.control(self.remote, c, key),
+            (None, None) => {}
+        }
     }
 
     // ---- input ---------------------------------------------------------------------
@@ -340,14 +410,74 @@ impl Peer {
             // Only the remote side can make replies and connection datagrams.
             self.last_recv = now;
         }
+        self.on_control(now, control, out);
+        Ok(())
+    }
+
+    /// Secure mode: a sealed control datagram (type `ty`) from this peer's address. A
+    /// client opens replies with its attempt's reply key; either side opens the
+    /// connection's own control datagrams with the connection key, through the replay
+    /// window. Requests are opened by the host (`Peer::handle_sealed_request`).
+    pub(crate) fn handle_sealed_control(
+        &mut self,
+        now: Instant,
+        ty: u8,
+        datagram: &[u8],
+        out: &mut Outputs,
+    ) -> Result<(), wire::DecodeError> {
+        let Some(s) = self.secure.as_deref_mut() else { return Err(wire::DecodeError::UnknownType(ty)) };
+        let control = match (ty, s.is_client()) {
+            (0x81..=0x85, true) => s.open_reply(datagram, self.local.nonce),
+            (0x82 | 0x86 | 0x87, _) => s.open_control(datagram),
+            _ => Err(wire::DecodeError::UnknownType(ty)),
+        };
+        let control = control.inspect_err(|e| {
+            if *e != wire::DecodeError::Replayed {
+                self.malformed += 1;
+            }
+        })?;
+        self.last_recv = now;
+        self.on_control(now, control, out);
+        Ok(())
+    }
+
+    /// Secure mode: a request from this peer's address whose token and seal the host
+    /// verified. A new attempt (another nonce) while connecting takes the new token's
+    /// keys, id and user data; the reply is sealed for the request it answers.
+    pub(crate) fn handle_sealed_request(
+        &mut self,
+        now: Instant,
+        req: ConnectRequest,
+        token: &VerifiedToken,
+        out: &mut Outputs,
+    ) {
+        let Some(s) = self.secure.as_deref_mut() else { return };
+        if s.is_client() {
+            return;
+        }
+        let reply_key = token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
+        let restart = self.state == PeerState::Connecting
+            && !self.awaiting
+            && !self.requested
+            && self.remote_req.is_some_and(|r| r.nonce != req.nonce);
+        if restart {
+            s.adopt(token);
+            self.remote_data = token.user_data.clone();
+            self.timeout = s.timeout.max(self.settings.config.ping_interval * 2);
+        }
+        self.on_request(now, req, &[], Some(reply_key), out);
+    }
+
+    /// Acts on a verified control datagram.
+    fn on_control(&mut self, now: Instant, control: Control<'_>, out: &mut Outputs) {
         match control {
-            Control::Request { request, data } => self.on_request(now, request, data, out),
+            Control::Request { request, data } => self.on_request(now, request, data, None, out),
             Control::RequestAck(req) => {
                 if self.state == PeerState::Connecting && !self.awaiting {
                     // Noted first, so the reply is a plain acknowledgement.
                     self.acked = true;
                 }
-                self.on_request(now, req, &[], out);
+                self.on_request(now, req, &[], None, out);
             }
             Control::Ack => self.on_ack(now, out),
             Control::AckOther { .. } => {
@@ -369,21 +499,29 @@ impl Peer {
                 }
             }
         }
-        Ok(())
     }
 
     /// A request (with its connect data; none in a `RequestAck`) from this peer's address.
-    fn on_request(&mut self, now: Instant, req: ConnectRequest, data: &[u8], out: &mut Outputs) {
+    /// `reply_key`: in secure mode, the key replies to it are sealed with.
+    fn on_request(
+        &mut self,
+        now: Instant,
+        req: ConnectRequest,
+        data: &[u8],
+        reply_key: Option<SecretKey>,
+        out: &mut Outputs,
+    ) {
         match self.state {
             // Awaiting the application: its retries get no answer and make no event. Once
             // the application has seen a request, only that attempt (its nonce) may connect.
             PeerState::Connecting if self.awaiting => {}
             PeerState::Connecting if self.requested && self.remote_req.is_some_and(|r| r.nonce != req.nonce) => {}
             PeerState::Connecting => {
-                let params = match negotiate(&self.settings.config, &req) {
+                let extra = if self.secure.is_some() { wire::secure::SEAL_EXTRA } else { 0 };
+                let params = match negotiate(&self.settings.config, &req, extra) {
                     Ok(p) => p,
                     Err(m) => {
-                        out.control(self.remote, &Control::Refuse(refusal(m)), Key::reply(req.nonce));
+                        self.reply(&Control::Refuse(refusal(m)), req.nonce, reply_key, out);
                         self.end(now, PeerState::Disconnected, DisconnectReason::Incompatible(m), out);
                         return;
                     }
@@ -392,13 +530,15 @@ impl Peer {
                     // A first request, or the remote restarted its attempt.
                     self.params = Some(params);
                     self.set_remote(req);
-                    self.remote_data = Bytes::copy_from_slice(data);
+                    if self.secure.is_none() {
+                        self.remote_data = Bytes::copy_from_slice(data);
+                    }
                 } else if self.remote_data.is_empty() && !data.is_empty() {
                     // Its request after its reply (both sides connecting at once).
                     self.remote_data = Bytes::copy_from_slice(data);
                 }
                 if self.acked {
-                    out.control(self.remote, &Control::Ack, Key::reply(req.nonce));
+                    self.reply(&Control::Ack, req.nonce, reply_key, out);
                     self.connected(now, out);
                 } else {
                     self.send_handshake(now, out);
@@ -410,7 +550,7 @@ impl Peer {
                 // holds, which tells a restarted remote its attempt is stale.
                 let held = self.remote_req.map_or(req.nonce, |r| r.nonce);
                 let reply = if held == req.nonce { Control::Ack } else { Control::AckOther { acked: held } };
-                out.control(self.remote, &reply, Key::reply(req.nonce));
+                self.reply(&reply, req.nonce, reply_key, out);
             }
             _ => {}
         }
@@ -433,15 +573,17 @@ impl Peer {
     }
 
     fn on_disconnect(&mut self, now: Instant, code: u32, out: &mut Outputs) {
-        let Some((key, _)) = self.keys() else { return };
+        if self.keys().is_none() {
+            return;
+        }
         match self.state {
             // Awaiting, nothing was answered: the requester cannot have made this.
             PeerState::Connecting if self.awaiting => {}
             PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting => {
-                out.control(self.remote, &Control::DisconnectAck, key);
+                self.send_connection(&Control::DisconnectAck, out);
                 self.end(now, PeerState::Disconnected, DisconnectReason::Remote { code }, out);
             }
-            PeerState::Disconnected => out.control(self.remote, &Control::DisconnectAck, key),
+            PeerState::Disconnected => self.send_connection(&Control::DisconnectAck, out),
             PeerState::Zombie => {}
         }
     }
@@ -453,14 +595,62 @@ impl Peer {
         datagram: &Bytes,
         out: &mut Outputs,
     ) -> Result<(), wire::DecodeError> {
+        let Some((_, recv)) = self.keys() else { return Ok(()) };
+        self.receive(now, datagram, Opening::Plain(recv), out).map(|_| ())
+    }
+
+    /// Secure mode: a sealed connection datagram. It is checked against the replay window,
+    /// decrypted into `arena` (delivered packets are slices of the plaintext), verified
+    /// and only then processed; its counter is marked as received once it verified.
+    pub(crate) fn handle_sealed_data(
+        &mut self,
+        now: Instant,
+        datagram: &[u8],
+        arena: &mut Arena,
+        out: &mut Outputs,
+    ) -> Result<(), wire::DecodeError> {
+        let Some(s) = self.secure.as_deref() else { return Err(wire::DecodeError::BadChecksum) };
         let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
-        let (Some((_, recv)), Some(remote), true) = (self.keys(), self.remote_req, active) else {
+        if !active || self.remote_req.is_none() {
             return Ok(());
+        }
+        let (key, parts, n) = s.receiving(datagram).inspect_err(|e| {
+            if *e != wire::DecodeError::Replayed {
+                self.malformed += 1;
+            }
+        })?;
+        let buf = arena.room(1 + parts.ciphertext.len());
+        buf.extend_from_slice(&[parts.ty]);
+        buf.extend_from_slice(parts.ciphertext);
+        if let Some(body) = buf.get_mut(1..) {
+            wire::secure::apply_keystream(&key, n, body);
+        }
+        let plain = buf.split().freeze();
+        if self.receive(now, &plain, Opening::Sealed { parts, key, counter: n }, out)?
+            && let Some(s) = self.secure.as_deref_mut()
+        {
+            s.received(n);
+        }
+        Ok(())
+    }
+
+    /// Verifies and processes a connection datagram (`datagram`: as received in plain
+    /// mode, the plaintext in secure mode); returns whether it verified.
+    fn receive(
+        &mut self,
+        now: Instant,
+        datagram: &Bytes,
+        opening: Opening<'_>,
+        out: &mut Outputs,
+    ) -> Result<bool, wire::DecodeError> {
+        let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
+        let (Some(remote), true) = (self.remote_req, active) else {
+            return Ok(false);
         };
         if self.session.is_none() {
             // Connecting: verify against the windows as they start, before making anything.
             let initial = initial_windows(&self.local, &remote);
-            if let Err(e) = wire::Data::decode(datagram, recv, &initial) {
+            if let Err(e) = session::open(datagram, &opening, &initial, |_| {}) {
                 self.malformed += 1;
                 return Err(e);
             }
@@ -468,10 +658,10 @@ impl Peer {
             self.acked = true;
             self.connected(now, out);
         }
-        let Some(session) = self.session.as_deref_mut() else { return Ok(()) };
+        let Some(session) = self.session.as_deref_mut() else { return Ok(false) };
         session.stamp(now);
         let mut msgs = FrameMessages::new();
-        let data = match session.decode(datagram, &mut msgs) {
+        let data = match session.decode(datagram, &opening, &mut msgs) {
             Ok(d) => d,
             Err(e) => {
                 self.malformed += 1;
@@ -484,12 +674,10 @@ impl Peer {
             events.push_back(Event::Received { peer: id, channel, mode, data });
         });
         if session.transfer.misbehaving() {
-            if let Some((key, _)) = self.keys() {
-                out.control(self.remote, &Control::Disconnect { code: 0 }, key);
-            }
+            self.send_connection(&Control::Disconnect { code: 0 }, out);
             self.end(now, PeerState::Disconnected, DisconnectReason::Misbehaving, out);
         }
-        Ok(())
+        Ok(true)
     }
 
     // ---- application calls ---------------------------------------------------------
@@ -518,7 +706,7 @@ impl Peer {
     /// no more than a refusal. Returns whether it was awaiting.
     pub(crate) fn reject(&mut self, now: Instant, code: u32, out: &mut Outputs) -> bool {
         let (true, Some(req)) = (self.awaiting, self.remote_req) else { return false };
-        out.control(self.remote, &Control::Refuse(RefuseReason::Rejected(code)), Key::reply(req.nonce));
+        self.reply(&Control::Refuse(RefuseReason::Rejected(code)), req.nonce, None, out);
         self.end(now, PeerState::Zombie, DisconnectReason::Local, out);
         true
     }
@@ -553,9 +741,7 @@ impl Peer {
         if matches!(self.state, PeerState::Disconnected | PeerState::Zombie) || self.reject(now, code, out) {
             return;
         }
-        if let Some((key, _)) = self.keys() {
-            out.control(self.remote, &Control::Disconnect { code }, key);
-        }
+        self.send_connection(&Control::Disconnect { code }, out);
         self.end(now, PeerState::Disconnected, DisconnectReason::Local, out);
     }
 
@@ -593,14 +779,15 @@ impl Peer {
     }
 
     fn heard_nothing(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last_recv) >= self.settings.config.timeout
+        now.saturating_duration_since(self.last_recv) >= self.timeout
     }
 
     fn flush(&mut self, now: Instant, out: &mut Outputs) {
         let Some(s) = &mut self.session else { return };
         let remote = self.remote;
         let (arena, emit) = out.datagrams(remote);
-        s.flush(now, arena, emit);
+        let sealing = self.secure.as_deref_mut().and_then(SecureState::sealing);
+        s.flush(now, arena, sealing, emit);
     }
 
     /// How a graceful disconnection ends: `Local` when everything sent was acknowledged,
@@ -638,9 +825,7 @@ impl Peer {
         // Keep acknowledging what still arrives while waiting.
         self.flush(now, out);
         if self.next_send.is_some_and(|t| t <= now) {
-            if let Some((key, _)) = self.keys() {
-                out.control(self.remote, &Control::Disconnect { code: self.close_code }, key);
-            }
+            self.send_connection(&Control::Disconnect { code: self.close_code }, out);
             self.next_send = Some(now + self.retry);
             self.retry = (self.retry * 2).min(MAX_RETRY);
         }
@@ -659,7 +844,7 @@ impl Peer {
             }
             PeerState::Connected | PeerState::Disconnecting => {
                 t.set(Timer::Retry, self.next_send);
-                t.set(Timer::Idle, Some(self.last_recv + cfg.timeout));
+                t.set(Timer::Idle, Some(self.last_recv + self.timeout));
                 // No "send now" row: this runs right after a flush that sent all it could;
                 // new chances come as input (which marks the peer) or as these timers.
                 if let Some(s) = &self.session {
@@ -692,6 +877,7 @@ impl Peer {
     /// Bytes this peer holds.
     pub(crate) fn memory(&self) -> usize {
         size_of::<Self>()
+            + self.secure.as_deref().map_or(0, |s| size_of::<SecureState>() + s.memory())
             + self.local_data.len()
             + self.remote_data.len()
             + self.session.as_deref().map_or(0, Session::memory)

@@ -58,8 +58,11 @@ fn min_limit(a: u32, b: u32) -> u64 {
     }
 }
 
-/// Checks the remote side's request against this side's configuration.
-pub(crate) fn negotiate(cfg: &PeerConfig, remote: &ConnectRequest) -> Result<Params, Mismatch> {
+/// Checks the remote side's request against this side's configuration, for a connection
+/// whose datagrams carry `extra` bytes of sealing (0 in plain mode; secure mode:
+/// `wire::secure::SEAL_EXTRA`): the datagram size must leave the layers below at least
+/// the smallest one, and packet limits count with what it leaves them.
+pub(crate) fn negotiate(cfg: &PeerConfig, remote: &ConnectRequest, extra: usize) -> Result<Params, Mismatch> {
     if remote.app_version != cfg.app_version {
         return Err(Mismatch::AppVersion { local: cfg.app_version, remote: remote.app_version });
     }
@@ -72,11 +75,11 @@ pub(crate) fn negotiate(cfg: &PeerConfig, remote: &ConnectRequest) -> Result<Par
         return Err(Mismatch::Unordered { channel: usize::from(channel), local, remote: !local });
     }
     let remote_mtu = remote.mtu as usize;
-    if remote_mtu < MIN_MTU {
-        return Err(Mismatch::Mtu { local_min: MIN_MTU, remote: remote_mtu });
+    if remote_mtu < MIN_MTU + extra {
+        return Err(Mismatch::Mtu { local_min: MIN_MTU + extra, remote: remote_mtu });
     }
     let mtu = cfg.mtu.min(remote_mtu);
-    let protocol_max = wire::fragment_payload(mtu) * wire::MAX_FRAGMENTS as usize;
+    let protocol_max = wire::fragment_payload(mtu - extra) * wire::MAX_FRAGMENTS as usize;
     Ok(Params {
         mtu,
         channels,
@@ -127,11 +130,11 @@ mod tests {
     fn equal_versions_and_channels_negotiate_the_smaller_limits() {
         let a = PeerConfig { mtu: 1400, outgoing_bandwidth: 50_000, max_packet_size: 1000, ..PeerConfig::default() };
         let b = PeerConfig { incoming_bandwidth: 20_000, ..PeerConfig::default() };
-        let p = negotiate(&a, &request(&b, 1, 2, 3, None)).unwrap();
+        let p = negotiate(&a, &request(&b, 1, 2, 3, None), 0).unwrap();
         assert_eq!((p.mtu, p.channels), (1200, 4));
         assert_eq!(p.send_bandwidth, 20_000);
         assert_eq!((p.send_max_packet, p.recv_max_packet), (1000, 1000));
-        let q = negotiate(&b, &request(&a, 1, 2, 3, None)).unwrap();
+        let q = negotiate(&b, &request(&a, 1, 2, 3, None), 0).unwrap();
         assert_eq!(q.send_bandwidth, 0, "b sends without limit to a, which accepts any");
         assert_eq!(q.send_max_packet, 1000, "a accepts 1000-byte packets at most");
     }
@@ -140,10 +143,10 @@ mod tests {
     fn mismatches_are_named_with_both_values() {
         let a = PeerConfig::default();
         let b = PeerConfig { app_version: 9, ..PeerConfig::default() };
-        assert_eq!(negotiate(&a, &request(&b, 1, 2, 3, None)), Err(Mismatch::AppVersion { local: 0, remote: 9 }));
+        assert_eq!(negotiate(&a, &request(&b, 1, 2, 3, None), 0), Err(Mismatch::AppVersion { local: 0, remote: 9 }));
         let mut c = PeerConfig::default();
         c.channels.pop();
-        assert_eq!(negotiate(&a, &request(&c, 1, 2, 3, None)), Err(Mismatch::ChannelCount { local: 4, remote: 3 }));
+        assert_eq!(negotiate(&a, &request(&c, 1, 2, 3, None), 0), Err(Mismatch::ChannelCount { local: 4, remote: 3 }));
         // The refusal carries the refuser's value; the requester reads both.
         let r = refusal(Mismatch::AppVersion { local: 0, remote: 9 });
         assert_eq!(refused(&b, r), DisconnectReason::Incompatible(Mismatch::AppVersion { local: 9, remote: 0 }));
@@ -152,10 +155,10 @@ mod tests {
         d.channels[2] = crate::config::ChannelConfig::unordered();
         d.channels[3] = crate::config::ChannelConfig::unordered();
         let mut e = d.clone();
-        assert!(negotiate(&d, &request(&e, 1, 2, 3, None)).is_ok());
+        assert!(negotiate(&d, &request(&e, 1, 2, 3, None), 0).is_ok());
         e.channels[2] = crate::config::ChannelConfig::default();
         let m = Mismatch::Unordered { channel: 2, local: true, remote: false };
-        assert_eq!(negotiate(&d, &request(&e, 1, 2, 3, None)), Err(m));
+        assert_eq!(negotiate(&d, &request(&e, 1, 2, 3, None), 0), Err(m));
         assert_eq!(
             refused(&e, refusal(m)),
             DisconnectReason::Incompatible(Mismatch::Unordered { channel: 2, local: false, remote: true })

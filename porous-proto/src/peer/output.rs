@@ -5,11 +5,17 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::arena::Arena;
 use crate::event::{Event, Transmit};
+use crate::token::MAX_SERVER_PART;
+use crate::wire::secure::{MAX_REQUEST_BODY, TAG_LEN};
 use crate::wire::{self, Control, Key};
+
+/// Room for the largest sealed datagram a handshake makes: a request with the largest
+/// token (type, token length, token, nonce, counter, body, tag).
+const SEALED_ROOM: usize = 1 + 2 + MAX_SERVER_PART + 4 + 4 + MAX_REQUEST_BODY + TAG_LEN;
 
 /// The host's outgoing queues and the buffer transmits are sliced from.
 #[derive(Debug, Default)]
@@ -24,6 +30,15 @@ impl Outputs {
     pub(crate) fn control(&mut self, remote: SocketAddr, c: &Control<'_>, key: Key) {
         let out = self.arena.room(wire::MAX_REQUEST);
         let n = c.encode(key, out);
+        let payload = out.split_to(n).freeze();
+        self.transmits.push_back(Transmit { remote, payload });
+    }
+
+    /// Encodes a datagram for `remote` with `encode`, which returns its length (secure
+    /// mode's sealed layouts, `wire::secure`).
+    pub(crate) fn encode(&mut self, remote: SocketAddr, encode: impl FnOnce(&mut BytesMut) -> usize) {
+        let out = self.arena.room(SEALED_ROOM);
+        let n = encode(out);
         let payload = out.split_to(n).freeze();
         self.transmits.push_back(Transmit { remote, payload });
     }

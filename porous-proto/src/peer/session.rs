@@ -18,7 +18,30 @@ use crate::arena::Arena;
 use crate::channel::{ChannelCounters, Channels};
 use crate::event::{SendError, SendMode};
 use crate::transfer::{Transfer, TransferConfig};
+use crate::wire::secure::{SEAL_EXTRA, SealedParts, SecretKey};
 use crate::wire::{ConnectRequest, Data, DecodeError, Expand, FixedRefs, Key, Message};
+
+/// How a received connection datagram is verified: with the plain check's key, or (secure
+/// mode) as the plaintext of a sealed datagram, with its parts, key and full counter.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Opening<'c> {
+    Plain(Key),
+    Sealed { parts: SealedParts<'c>, key: SecretKey, counter: u64 },
+}
+
+/// Decodes and verifies `input` (the datagram, or a sealed one's plaintext) as `opening`
+/// says, expanding ids with `ctx`.
+pub(crate) fn open<'d>(
+    input: &'d [u8],
+    opening: &Opening<'_>,
+    ctx: &impl Expand,
+    each: impl FnMut(Message<'d>),
+) -> Result<Data<'d>, DecodeError> {
+    match opening {
+        Opening::Plain(key) => Data::decode_with(input, *key, ctx, each),
+        Opening::Sealed { parts, key, counter } => Data::decode_sealed(input, parts, key, *counter, ctx, each),
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct Session {
@@ -26,6 +49,9 @@ pub(crate) struct Session {
     pub(crate) channels: Channels,
     pub(crate) params: Params,
     send_key: Key,
+    /// The plain key of what arrives: the peer verifies with its own keys; fuzzing forges
+    /// with this one (`Session::seal`).
+    #[cfg(feature = "arbitrary")]
     recv_key: Key,
     /// Unreliable packets with deadlines were sent since the last [`Session::stamp`].
     unstamped: bool,
@@ -64,16 +90,20 @@ pub(crate) type FrameMessages<'d> = SmallVec<[Message<'d>; 64]>;
 
 impl Session {
     /// A session between `local` (this side's request) and `remote` (the other's).
-    /// `seed`: secret randomness for the frame ids the transfer layer skips.
+    /// `seed`: secret randomness for the frame ids the transfer layer skips. `sealed`: in
+    /// secure mode the layers below see a datagram size smaller by what sealing adds, so
+    /// every sealed datagram still fits the negotiated one.
     pub(crate) fn new(
         settings: &Settings,
         params: Params,
         local: &ConnectRequest,
         remote: &ConnectRequest,
         seed: u64,
+        sealed: bool,
     ) -> Self {
         let cfg = &settings.config;
-        let mut tc = TransferConfig::new(params.mtu, params.channels);
+        let mtu = if sealed { params.mtu.saturating_sub(SEAL_EXTRA) } else { params.mtu };
+        let mut tc = TransferConfig::new(mtu, params.channels);
         tc.skip_seed = seed | 1;
         tc.initial_window = cfg.initial_window * params.mtu;
         tc.bandwidth = params.send_bandwidth;
@@ -84,7 +114,7 @@ impl Session {
         tc.repair = cfg.channels.iter().map(|c| c.repair).collect();
         let channels = Channels::new(
             &cfg.channels,
-            crate::wire::fragment_payload(params.mtu),
+            crate::wire::fragment_payload(mtu),
             (params.send_max_packet, params.recv_max_packet),
             (local.packet_base, remote.packet_base),
             cfg.max_reassembly_bytes,
@@ -94,6 +124,7 @@ impl Session {
             channels,
             params,
             send_key: Key::connection(local.nonce, remote.nonce),
+            #[cfg(feature = "arbitrary")]
             recv_key: Key::connection(remote.nonce, local.nonce),
             unstamped: false,
         }
@@ -120,9 +151,14 @@ impl Session {
 
     /// Decodes and verifies a connection datagram against the current windows, collecting
     /// its messages in `msgs` (cleared first).
-    pub(crate) fn decode<'d>(&self, datagram: &'d [u8], msgs: &mut FrameMessages<'d>) -> Result<Data<'d>, DecodeError> {
+    pub(crate) fn decode<'d>(
+        &self,
+        datagram: &'d [u8],
+        opening: &Opening<'_>,
+        msgs: &mut FrameMessages<'d>,
+    ) -> Result<Data<'d>, DecodeError> {
         msgs.clear();
-        let data = Data::decode_with(datagram, self.recv_key, &self.windows(), |m| msgs.push(m));
+        let data = open(datagram, opening, &self.windows(), |m| msgs.push(m));
         if data.is_err() {
             msgs.clear();
         }
@@ -150,13 +186,28 @@ impl Session {
         self.channels.receive(msgs, &admission, datagram, &mut self.transfer, deliver);
     }
 
-    /// Runs timers and writes every datagram the windows allow now.
-    pub(crate) fn flush(&mut self, now: Instant, arena: &mut Arena, mut emit: impl FnMut(Bytes)) {
+    /// Runs timers and writes every datagram the windows allow now: checked with the
+    /// session's key, or in secure mode sealed with `sealing`'s key, each with the next
+    /// value of its counter.
+    pub(crate) fn flush(
+        &mut self,
+        now: Instant,
+        arena: &mut Arena,
+        mut sealing: Option<(SecretKey, &mut u64)>,
+        mut emit: impl FnMut(Bytes),
+    ) {
         self.transfer.on_timeout(now);
         self.channels.queue_window_acks(&mut self.transfer);
         loop {
             let out = arena.room(self.params.mtu);
-            let Some(n) = self.transfer.poll_datagram(now, self.send_key, &self.channels, out) else { break };
+            let key = match &sealing {
+                Some((key, counter)) => Key::sealed(*key, **counter),
+                None => self.send_key,
+            };
+            let Some(n) = self.transfer.poll_datagram(now, key, &self.channels, out) else { break };
+            if let Some((_, counter)) = &mut sealing {
+                **counter += 1;
+            }
             emit(out.split_to(n).freeze());
         }
     }

@@ -319,7 +319,7 @@ impl Transfer {
 
     /// Writes the next datagram of this flush into `out`, returning its length, or `None`
     /// when there is nothing (more) to send now.
-    pub(crate) fn poll_datagram<B: BufMut + AsRef<[u8]>>(
+    pub(crate) fn poll_datagram<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         now: Instant,
         key: Key,
@@ -459,7 +459,8 @@ impl Transfer {
             }
         }
         let len = w.finish();
-        debug_assert!(len <= mtu, "a datagram of {len} bytes at MTU {mtu}");
+        // A sealed datagram is larger by what the session took off this layer's MTU.
+        debug_assert!(len <= mtu + key.extra_len(), "a datagram of {len} bytes at MTU {mtu}");
         if !acks.is_empty() || acks_due {
             self.receiver.sent(ranges_sent);
         }

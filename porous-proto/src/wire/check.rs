@@ -23,10 +23,19 @@
 //! against an on-path attacker who can read the handshake.
 
 use super::WIRE_VERSION;
+use super::secure::{Mac, SEAL_EXTRA, SecretKey};
 
-/// A precomputed checksum key: the CRC state after the key material.
+/// How a datagram is checked: in plain mode a precomputed checksum key (the CRC state after
+/// the key material); in secure mode a connection key and the datagram's counter, which
+/// seal a connection datagram with ChaCha20-Poly1305 instead (`wire::secure`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Key(u32);
+pub struct Key(Inner);
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Inner {
+    Crc(u32),
+    Sealed { key: SecretKey, counter: u64 },
+}
 
 impl core::fmt::Debug for Key {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -45,7 +54,35 @@ impl Key {
         for n in nonces {
             h.update(&n.to_le_bytes());
         }
-        Self(h.finalize())
+        Self(Inner::Crc(h.finalize()))
+    }
+
+    /// Secure mode: a connection datagram sealed with `key` as the sender's datagram number
+    /// `counter` (each counter seals one datagram only). Only [`DataWriter`] and
+    /// [`Data::decode_sealed`] take such a key; control datagrams have their own sealed
+    /// layouts in `wire::secure`.
+    ///
+    /// [`DataWriter`]: super::DataWriter
+    /// [`Data::decode_sealed`]: super::Data::decode_sealed
+    pub fn sealed(key: SecretKey, counter: u64) -> Self {
+        Self(Inner::Sealed { key, counter })
+    }
+
+    /// Bytes a datagram checked with this key takes beyond the same datagram in plain mode:
+    /// 0, or [`SEAL_EXTRA`] for a sealed one.
+    pub fn extra_len(&self) -> usize {
+        match self.0 {
+            Inner::Crc(_) => 0,
+            Inner::Sealed { .. } => SEAL_EXTRA,
+        }
+    }
+
+    /// The sealing key and counter, in secure mode.
+    pub(crate) fn sealing(&self) -> Option<(SecretKey, u64)> {
+        match self.0 {
+            Inner::Crc(_) => None,
+            Inner::Sealed { key, counter } => Some((key, counter)),
+        }
     }
 
     /// The key of connection requests: the protocol and its wire version only.
@@ -65,32 +102,60 @@ impl Key {
     }
 }
 
-/// A running check over a datagram's logical content.
-#[derive(Debug, Clone)]
-pub(crate) struct Check(crc32fast::Hasher);
+/// A running check over a datagram's logical content: a keyed CRC in plain mode; in secure
+/// mode the Poly1305 authenticator, which takes only the full values of truncated fields
+/// as associated data (the bytes themselves are its ciphertext, authenticated at the end).
+#[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "lives on the stack for one datagram's encoding or decoding; boxing the MAC would allocate per datagram"
+)]
+pub(crate) enum Check {
+    Crc(crc32fast::Hasher),
+    Sealed(Mac),
+}
 
 impl Check {
     pub(crate) fn new(key: Key) -> Self {
-        Self(crc32fast::Hasher::new_with_initial(key.0))
+        match key.0 {
+            Inner::Crc(k) => Self::Crc(crc32fast::Hasher::new_with_initial(k)),
+            Inner::Sealed { key, counter } => Self::Sealed(Mac::new(&key, counter)),
+        }
     }
 
     pub(crate) fn bytes(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
+        match self {
+            Self::Crc(h) => h.update(bytes),
+            Self::Sealed(mac) => {
+                let _ = (mac, bytes);
+            }
+        }
     }
 
     /// Folds in the full value of a truncated field.
     pub(crate) fn full_id(&mut self, full: u32) {
-        self.0.update(&full.to_le_bytes());
+        match self {
+            Self::Crc(h) => h.update(&full.to_le_bytes()),
+            Self::Sealed(mac) => mac.ad(&full.to_le_bytes()),
+        }
     }
 
+    /// The CRC (plain mode; a sealed check has none and yields 0, which no caller uses).
     pub(crate) fn finish(self) -> u32 {
-        self.0.finalize()
+        match self {
+            Self::Crc(h) => h.finalize(),
+            Self::Sealed(_) => 0,
+        }
     }
 }
 
 /// Computes the check of a datagram with no truncated fields and compares it with the last
 /// four bytes.
 pub(crate) fn verify_plain(datagram: &[u8], key: Key) -> bool {
+    if key.sealing().is_some() {
+        // A sealed key has no CRC: nothing verifies against it here.
+        return false;
+    }
     let (body, check) = datagram.split_at(datagram.len() - super::CHECK_LEN);
     let mut c = Check::new(key);
     c.bytes(body);
@@ -137,5 +202,6 @@ mod tests {
     #[test]
     fn key_debug_hides_the_secret() {
         assert_eq!(format!("{:?}", Key::connection(5, 6)), "Key(..)");
+        assert_eq!(format!("{:?}", Key::sealed(SecretKey::from_bytes([1; 32]), 2)), "Key(..)");
     }
 }

@@ -217,27 +217,19 @@ impl<'a> Control<'a> {
         Self::Request { request, data: &[] }
     }
 
-    fn type_byte(&self) -> u8 {
+    /// Writes the body (what follows the type byte). With `pad_from` (where the datagram
+    /// began), requests are padded as plain mode pads them; secure mode's sealed requests
+    /// and replies are not (`wire::secure`).
+    pub(super) fn put_body<B: BufMut + AsRef<[u8]>>(&self, out: &mut B, pad_from: Option<usize>) {
         match self {
-            Self::Request { .. } => T_REQUEST,
-            Self::RequestAck(_) => T_REQUEST_ACK,
-            Self::Ack => T_ACK,
-            Self::AckOther { .. } => T_ACK_OTHER,
-            Self::Refuse(_) => T_REFUSE,
-            Self::Challenge(_) => T_CHALLENGE,
-            Self::Disconnect { .. } => T_DISCONNECT,
-            Self::DisconnectAck => T_DISCONNECT_ACK,
-        }
-    }
-
-    /// Appends the datagram, check included, to `out`; returns its length. Connect data
-    /// longer than [`MAX_CONNECT_DATA`] is written, and refused by every decoder.
-    pub fn encode<B: BufMut + AsRef<[u8]>>(&self, key: Key, out: &mut B) -> usize {
-        let start = out.as_ref().len();
-        out.put_u8(self.type_byte());
-        match self {
-            Self::Request { request, data } => put_padded_request(out, start, request, data),
-            Self::RequestAck(request) => put_padded_request(out, start, request, &[]),
+            Self::Request { request, data } => match pad_from {
+                Some(start) => put_padded_request(out, start, request, data),
+                None => put_request(out, request, data),
+            },
+            Self::RequestAck(request) => match pad_from {
+                Some(start) => put_padded_request(out, start, request, &[]),
+                None => put_request(out, request, &[]),
+            },
             Self::AckOther { acked } => out.put_u32_le(*acked),
             Self::Refuse(reason) => {
                 let (code, detail) = refuse_code(*reason);
@@ -248,36 +240,13 @@ impl<'a> Control<'a> {
             Self::Disconnect { code } => put_varint(out, *code),
             Self::Ack | Self::DisconnectAck => {}
         }
-        let mut c = check::Check::new(key);
-        c.bytes(out.as_ref().get(start..).unwrap_or_default());
-        out.put_u32_le(c.finish());
-        out.as_ref().len() - start
     }
 
-    /// Decodes a control datagram whose check is keyed with `key`. The check is verified
-    /// before any field is trusted.
-    pub fn decode(datagram: &'a [u8], key: Key) -> Result<Self, DecodeError> {
-        let ty = super::peek_type(datagram)?;
-        if !check::verify_plain(datagram, key) {
-            return Err(DecodeError::BadChecksum);
-        }
-        // `peek_type` guaranteed a type byte and a check.
-        let mut r = Reader::new(datagram.get(1..datagram.len() - CHECK_LEN).unwrap_or_default());
+    /// Reads the body of a datagram of type `ty` that carries no connect data and no
+    /// padding (every type but a request), up to the end of `r`.
+    pub(super) fn read_body(ty: u8, r: &mut Reader<'a>) -> Result<Self, DecodeError> {
         let out = match ty {
-            T_REQUEST | T_REQUEST_ACK => {
-                if datagram.len() < REQUEST_SIZE {
-                    return Err(DecodeError::Unpadded { len: datagram.len() });
-                }
-                let (request, data) = read_request(&mut r, ty == T_REQUEST)?;
-                let padded = REQUEST_SIZE + request.unordered.wire_len(request.channels);
-                if datagram.len() < padded {
-                    return Err(DecodeError::Unpadded { len: datagram.len() });
-                }
-                if r.rest().iter().any(|&b| b != 0) {
-                    return Err(DecodeError::NonZeroPadding);
-                }
-                return Ok(if ty == T_REQUEST { Self::Request { request, data } } else { Self::RequestAck(request) });
-            }
+            T_REQUEST_ACK => Self::RequestAck(read_request(r, false)?.0),
             T_ACK => Self::Ack,
             T_ACK_OTHER => Self::AckOther { acked: r.u32(Field::Nonce)? },
             T_REFUSE => {
@@ -299,6 +268,59 @@ impl<'a> Control<'a> {
         }
         Ok(out)
     }
+
+    pub(super) fn type_byte(&self) -> u8 {
+        match self {
+            Self::Request { .. } => T_REQUEST,
+            Self::RequestAck(_) => T_REQUEST_ACK,
+            Self::Ack => T_ACK,
+            Self::AckOther { .. } => T_ACK_OTHER,
+            Self::Refuse(_) => T_REFUSE,
+            Self::Challenge(_) => T_CHALLENGE,
+            Self::Disconnect { .. } => T_DISCONNECT,
+            Self::DisconnectAck => T_DISCONNECT_ACK,
+        }
+    }
+
+    /// Appends the datagram, check included, to `out`; returns its length. Connect data
+    /// longer than [`MAX_CONNECT_DATA`] is written, and refused by every decoder.
+    pub fn encode<B: BufMut + AsRef<[u8]>>(&self, key: Key, out: &mut B) -> usize {
+        let start = out.as_ref().len();
+        out.put_u8(self.type_byte());
+        self.put_body(out, Some(start));
+        let mut c = check::Check::new(key);
+        c.bytes(out.as_ref().get(start..).unwrap_or_default());
+        out.put_u32_le(c.finish());
+        out.as_ref().len() - start
+    }
+
+    /// Decodes a control datagram whose check is keyed with `key`. The check is verified
+    /// before any field is trusted.
+    pub fn decode(datagram: &'a [u8], key: Key) -> Result<Self, DecodeError> {
+        let ty = super::peek_type(datagram)?;
+        if !check::verify_plain(datagram, key) {
+            return Err(DecodeError::BadChecksum);
+        }
+        // `peek_type` guaranteed a type byte and a check.
+        let mut r = Reader::new(datagram.get(1..datagram.len() - CHECK_LEN).unwrap_or_default());
+        match ty {
+            T_REQUEST | T_REQUEST_ACK => {
+                if datagram.len() < REQUEST_SIZE {
+                    return Err(DecodeError::Unpadded { len: datagram.len() });
+                }
+                let (request, data) = read_request(&mut r, ty == T_REQUEST)?;
+                let padded = REQUEST_SIZE + request.unordered.wire_len(request.channels);
+                if datagram.len() < padded {
+                    return Err(DecodeError::Unpadded { len: datagram.len() });
+                }
+                if r.rest().iter().any(|&b| b != 0) {
+                    return Err(DecodeError::NonZeroPadding);
+                }
+                Ok(if ty == T_REQUEST { Self::Request { request, data } } else { Self::RequestAck(request) })
+            }
+            other => Self::read_body(other, &mut r),
+        }
+    }
 }
 
 /// Writes a request body with `data` and pads the datagram (which began at `start`) to
@@ -310,7 +332,7 @@ fn put_padded_request<B: BufMut + AsRef<[u8]>>(out: &mut B, start: usize, r: &Co
     out.put_bytes(0, (padded - CHECK_LEN).saturating_sub(written));
 }
 
-fn put_request<B: BufMut>(out: &mut B, r: &ConnectRequest, data: &[u8]) {
+pub(super) fn put_request<B: BufMut>(out: &mut B, r: &ConnectRequest, data: &[u8]) {
     out.put_u32_le(r.nonce);
     out.put_u32_le(r.frame_base);
     put_uint(out, r.packet_base, 3);
@@ -342,7 +364,7 @@ const FLAG_DATA: u8 = 2;
 const FLAG_UNORDERED: u8 = 4;
 
 /// Reads a request body; connect data is allowed only `with_data` (a `0x80` request).
-fn read_request<'a>(r: &mut Reader<'a>, with_data: bool) -> Result<(ConnectRequest, &'a [u8]), DecodeError> {
+pub(super) fn read_request<'a>(r: &mut Reader<'a>, with_data: bool) -> Result<(ConnectRequest, &'a [u8]), DecodeError> {
     let nonce = r.u32(Field::Nonce)?;
     let frame_base = r.u32(Field::FrameId)?;
     let packet_base = r.uint(3, Field::PacketId)?;

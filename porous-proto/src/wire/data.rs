@@ -34,6 +34,7 @@ use bytes::BufMut;
 use super::check::{Check, Key};
 use super::codec::{Reader, put_uint, put_varint, varint_len};
 use super::message::{FullIds, IgnoreFullIds, Message, RunContext};
+use super::secure::{self, SEALED_HEADER, SealedParts, SecretKey};
 use super::{CHECK_LEN, DecodeError, Field};
 use crate::seq::{FRAME_WINDOW, SeqSpace};
 
@@ -165,6 +166,7 @@ pub struct DataWriter<'o, B> {
     start: usize,
     checked: usize,
     check: Check,
+    key: Key,
     run: RunContext,
 }
 
@@ -178,12 +180,14 @@ impl FullIds for LastFullId {
     }
 }
 
-impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
-    /// Starts a datagram in `out` (appending to what is there) with the given header.
+impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
+    /// Starts a datagram in `out` (appending to what is there) with the given header. With
+    /// a sealed key ([`Key::sealed`]) the datagram is secure mode's: the counter follows the
+    /// type byte, and [`DataWriter::finish`] encrypts the rest and appends the tag.
     pub fn new(out: &'o mut B, key: Key, header: &DataHeader<'_>) -> Self {
         debug_assert!(!header.is_empty() && header.acks.len() <= MAX_ACK_RANGES);
         let start = out.as_ref().len();
-        let mut w = Self { out, start, checked: start, check: Check::new(key), run: RunContext::default() };
+        let mut w = Self { out, start, checked: start, check: Check::new(key), key, run: RunContext::default() };
         let mut ty = 0;
         if let Some((_, bytes)) = header.frame {
             debug_assert!((1..=4).contains(&bytes));
@@ -199,6 +203,12 @@ impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
             ty |= Q;
         }
         w.out.put_u8(ty);
+        if let (Some((_, counter)), Check::Sealed(mac)) = (key.sealing(), &mut w.check) {
+            // The clear header, the start of the associated data.
+            w.out.put_u32_le(counter as u32);
+            mac.ad(w.out.as_ref().get(start..).unwrap_or_default());
+            w.checked = start + SEALED_HEADER;
+        }
         if let Some((id, bytes)) = header.frame {
             put_uint(w.out, id, bytes as usize);
             w.full_id(id);
@@ -264,11 +274,22 @@ impl<'o, B: BufMut + AsRef<[u8]>> DataWriter<'o, B> {
         self.len() == 0
     }
 
-    /// Appends the check; returns the datagram's length.
-    pub fn finish(mut self) -> usize {
-        self.check.bytes(self.out.as_ref().get(self.checked..).unwrap_or_default());
-        let c = self.check.finish();
-        self.out.put_u32_le(c);
+    /// Appends the check (or, sealed, encrypts the body and appends the tag); returns the
+    /// datagram's length.
+    pub fn finish(self) -> usize {
+        match (self.check, self.key.sealing()) {
+            (Check::Sealed(mac), Some((key, counter))) => {
+                let body = self.out.as_mut().get_mut(self.start + SEALED_HEADER..).unwrap_or_default();
+                secure::apply_keystream(&key, counter, body);
+                let tag = mac.tag(body);
+                self.out.put_slice(&tag);
+            }
+            (mut check, _) => {
+                check.bytes(self.out.as_ref().get(self.checked..).unwrap_or_default());
+                let c = check.finish();
+                self.out.put_u32_le(c);
+            }
+        }
         self.out.as_ref().len() - self.start
     }
 }
@@ -341,12 +362,52 @@ impl<'a> Data<'a> {
         if ty & 0x80 != 0 {
             return Err(DecodeError::UnknownType(ty));
         }
+        if key.sealing().is_some() {
+            // Sealed datagrams are decrypted first: see `Data::decode_sealed`.
+            return Err(DecodeError::BadChecksum);
+        }
         let (body, check) = datagram.split_at(datagram.len() - CHECK_LEN);
-        let (data, computed) = Self::parse(body, key, ctx, each)?;
-        if computed.to_le_bytes() != check {
+        let (data, computed) = Self::parse(body, Check::new(key), ctx, each)?;
+        if computed.finish().to_le_bytes() != check {
             return Err(DecodeError::BadChecksum);
         }
         Ok(data)
+    }
+
+    /// Secure mode: decodes a sealed connection datagram. `plain` is its type byte followed
+    /// by its decrypted body (the receiver decrypts into its own buffer with the ChaCha20
+    /// keystream of `key` and `counter`, so delivered packets can be slices of it);
+    /// `parts` is the datagram as received and `counter` its expanded counter. Every field is
+    /// validated, then the tag is verified over the ciphertext with the full values of
+    /// truncated ids as associated data, before this returns `Ok`. Nothing may act on the
+    /// messages `each` sees before then. Every failure is [`DecodeError::BadChecksum`]: a
+    /// body that does not parse cannot be authenticated, so it is forged or corrupted.
+    pub fn decode_sealed(
+        plain: &'a [u8],
+        parts: &SealedParts<'_>,
+        key: &SecretKey,
+        counter: u64,
+        ctx: &impl Expand,
+        each: impl FnMut(Message<'a>),
+    ) -> Result<Self, DecodeError> {
+        if plain.first() != Some(&parts.ty) || parts.ty & 0x80 != 0 {
+            return Err(DecodeError::UnknownType(parts.ty));
+        }
+        // A body that does not parse did not authenticate either (an honest sender never
+        // seals one): one error for every failure, whatever garbage a wrong key, counter or
+        // flipped bit decrypted to.
+        let (data, check) = Self::parse(plain, Check::Sealed(parts.mac(key, counter)), ctx, each)
+            .map_err(|_| DecodeError::BadChecksum)?;
+        match check {
+            Check::Sealed(mac) => {
+                if mac.verify(parts.ciphertext, parts.tag) {
+                    Ok(data)
+                } else {
+                    Err(DecodeError::BadChecksum)
+                }
+            }
+            Check::Crc(_) => Err(DecodeError::BadChecksum),
+        }
     }
 
     /// The check a sender would append to `body` (a connection datagram without its check)
@@ -357,19 +418,20 @@ impl<'a> Data<'a> {
         match body.first() {
             None => Err(DecodeError::TooShort { len: 0 }),
             Some(&ty) if ty & 0x80 != 0 => Err(DecodeError::UnknownType(ty)),
-            Some(_) => Data::parse(body, key, ctx, |_| {}).map(|(_, c)| c),
+            Some(_) => Data::parse(body, Check::new(key), ctx, |_| {}).map(|(_, c)| c.finish()),
         }
     }
 
-    /// Parses and validates `body` (type byte up to the check), expanding ids with `ctx`;
-    /// returns the datagram and the check computed over it.
+    /// Parses and validates `body` (type byte up to the check, or a sealed datagram's type
+    /// byte and decrypted body), expanding ids with `ctx` and feeding `check`; returns the
+    /// datagram and the check.
     fn parse(
         body: &'a [u8],
-        key: Key,
+        check: Check,
         ctx: &impl Expand,
         mut each: impl FnMut(Message<'a>),
-    ) -> Result<(Self, u32), DecodeError> {
-        let mut v = Verify { input: body, checked: 0, check: Check::new(key) };
+    ) -> Result<(Self, Check), DecodeError> {
+        let mut v = Verify { input: body, checked: 0, check };
         let mut r = Reader::new(body);
         let ty = r.u8(Field::Type)?;
         let frame_id = if ty & D != 0 {
@@ -430,7 +492,7 @@ impl<'a> Data<'a> {
         }
         let Verify { checked, mut check, .. } = v;
         check.bytes(body.get(checked..).unwrap_or_default());
-        Ok((Self { frame_id, ping, ping_ack, ack_delay, acks, messages }, check.finish()))
+        Ok((Self { frame_id, ping, ping_ack, ack_delay, acks, messages }, check))
     }
 
     /// The acknowledged ranges, newest first.
@@ -603,6 +665,55 @@ mod tests {
         // Likewise for a packet id.
         let stale_packet = Fixed { packet: 0x1_8000, ..good };
         assert_eq!(Data::decode(&bytes, key, &stale_packet), Err(DecodeError::BadChecksum));
+    }
+
+    /// Opens a sealed datagram as a receiver does: decrypt into its own buffer, then decode.
+    fn open_sealed(
+        bytes: &[u8],
+        key: &SecretKey,
+        counter: u64,
+        ctx: &Fixed,
+    ) -> Result<Vec<Message<'static>>, DecodeError> {
+        let parts = SealedParts::split(bytes)?;
+        let mut plain = vec![parts.ty];
+        plain.extend_from_slice(parts.ciphertext);
+        secure::apply_keystream(key, counter, &mut plain[1..]);
+        let plain: &'static [u8] = Box::leak(plain.into_boxed_slice());
+        let d = Data::decode_sealed(plain, &parts, key, counter, ctx, |_| {})?;
+        Ok(d.messages(ctx).collect())
+    }
+
+    #[test]
+    fn sealed_datagrams_roundtrip_and_a_wrongly_expanded_id_fails_the_tag() {
+        let sk = SecretKey::from_bytes([3; 32]);
+        let acks = [AckRange { first: 1, last: 3 }];
+        let header = DataHeader { frame: Some((0x1_0005, 2)), ping: Some(1), acks: &acks, ..Default::default() };
+        let msgs = [msg(7, b"x"), msg(8, b"yz")];
+        let plain = encode(&header, &msgs, Key::connection(1, 2));
+        let bytes = encode(&header, &msgs, Key::sealed(sk, 42));
+        assert_eq!(bytes.len(), plain.len() + secure::SEAL_EXTRA);
+        assert_eq!(&bytes[1..5], &42u32.to_le_bytes(), "the counter follows the type byte");
+        assert_ne!(&bytes[5..bytes.len() - 16], &plain[1..plain.len() - 4], "the body is encrypted");
+        let good = Fixed { frame: 0x1_0000, ack_limit: 10, packet: 0 };
+        assert_eq!(open_sealed(&bytes, &sk, 42, &good), Ok(msgs.to_vec()));
+        // The plain decoder never takes a sealed key.
+        assert_eq!(Data::decode(&bytes, Key::sealed(sk, 42), &good), Err(DecodeError::BadChecksum));
+        // A receiver expanding a frame, acknowledgement or packet id differently: the tag fails.
+        for stale in [
+            Fixed { frame: 0x2_0000, ..good },
+            Fixed { ack_limit: 0x1_0010, ..good },
+            Fixed { packet: 0x1_8000, ..good },
+        ] {
+            assert_eq!(open_sealed(&bytes, &sk, 42, &stale), Err(DecodeError::BadChecksum));
+        }
+        // Another counter, another key, any flipped bit.
+        assert_eq!(open_sealed(&bytes, &sk, 43, &good), Err(DecodeError::BadChecksum));
+        assert_eq!(open_sealed(&bytes, &SecretKey::from_bytes([4; 32]), 42, &good), Err(DecodeError::BadChecksum));
+        for i in 0..bytes.len() * 8 {
+            let mut b = bytes.clone();
+            b[i / 8] ^= 1 << (i % 8);
+            assert!(open_sealed(&b, &sk, 42, &good).is_err(), "bit {i}");
+        }
     }
 
     fn sealed(bytes: &[u8], key: Key) -> Vec<u8> {

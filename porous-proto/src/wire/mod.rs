@@ -13,10 +13,11 @@
 //! `docs/wire-format.md` describes the same format in prose with worked examples.
 
 mod check;
-mod codec;
+pub(crate) mod codec;
 mod control;
 mod data;
 mod message;
+pub mod secure;
 
 pub use check::Key;
 pub use control::{
@@ -147,6 +148,10 @@ pub enum Field {
     Code,
     /// A request's bitmap of unordered channels.
     Unordered,
+    /// A sealed request's connect token (secure mode).
+    Token,
+    /// A sealed datagram's counter (secure mode).
+    Counter,
 }
 
 impl core::fmt::Display for Field {
@@ -191,6 +196,9 @@ pub enum DecodeError {
     },
     /// A connection request's padding is not zero.
     NonZeroPadding,
+    /// Secure mode: a sealed datagram whose counter was accepted already, or lies too far
+    /// behind the newest accepted to tell (a replay, or a datagram too late).
+    Replayed,
 }
 
 impl core::fmt::Display for DecodeError {
@@ -209,6 +217,7 @@ impl core::fmt::Display for DecodeError {
             Self::TrailingBytes => f.write_str("trailing bytes after the last field"),
             Self::Unpadded { len } => write!(f, "connection request of {len} bytes is not padded to {REQUEST_SIZE}"),
             Self::NonZeroPadding => f.write_str("connection request padding is not zero"),
+            Self::Replayed => f.write_str("sealed datagram replayed, or too late to tell"),
         }
     }
 }
