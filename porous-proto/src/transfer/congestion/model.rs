@@ -164,10 +164,11 @@ pub(crate) struct Model {
     /// The last round lost more than [`SEVERE_LOSS`].
     severe_before: bool,
     /// The most the flight may be after a congested round: [`LOSS_BETA`] of the flight
-    /// that overflowed the queue (as BBRv2's `inflight_hi`). Cruising at twice the BDP
-    /// keeps a buffer of one BDP or less always full, starving a loss-based flow beside
-    /// this one; this bound keeps the flight below what overflowed it. Raised by a
-    /// growing step per round without congestion, and gone once above the window.
+    /// that overflowed the queue (as BBRv2's `inflight_hi`): cruising at twice the BDP
+    /// would keep a buffer of one BDP or less full, so after an overflow the flight stays
+    /// below what caused it. Raised by a growing step per round without congestion, and
+    /// gone once above the window. (A loss-based flow sharing a 1-BDP buffer still gets
+    /// little: this model loses too rarely there to reach a verdict; docs/simulated.md.)
     inflight_hi: Option<usize>,
     /// What the next round without congestion adds to `inflight_hi`: a datagram, doubling.
     hi_step: usize,
@@ -496,7 +497,7 @@ impl Model {
                     Some((at, round)) if now >= at && self.round >= round => {
                         self.min_rtt_at = Some(now);
                         self.probe_rtt_done = None;
-                        // Its rounds, at four datagrams of flight, measured nothing about the
+                        // Its rounds, the flight held down, measured nothing about the
                         // bottleneck: without this, a ProbeRtt longer than the filter (a slow
                         // drain under loss) forgets the bandwidth and restarts from the
                         // probe's own rate.
