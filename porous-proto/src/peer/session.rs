@@ -7,6 +7,7 @@
 //! stored and acknowledged whole, or neither) and receive its messages. Sending: channels
 //! queue messages into the transfer layer, which each flush turns into datagrams.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -66,7 +67,7 @@ impl Session {
     /// A session between `local` (this side's request) and `remote` (the other's).
     /// `seed`: secret randomness for the frame ids the transfer layer skips.
     pub(crate) fn new(
-        settings: &Settings,
+        settings: &Arc<Settings>,
         params: Params,
         local: &ConnectRequest,
         remote: &ConnectRequest,
@@ -83,7 +84,7 @@ impl Session {
         tc.weights = cfg.channels.iter().map(|c| c.weight).collect();
         tc.repair = cfg.channels.iter().map(|c| c.repair).collect();
         let channels = Channels::new(
-            &cfg.channels,
+            Arc::clone(settings),
             crate::wire::fragment_payload(params.mtu),
             (params.send_max_packet, params.recv_max_packet),
             (local.packet_base, remote.packet_base),
