@@ -753,7 +753,7 @@ impl Peer {
             ssthresh: t.map_or(0, |t| t.ssthresh()),
             flight: t.map_or(0, |t| t.flight()),
             frames_in_flight: t.map_or(0, |t| t.frames_in_flight()),
-            mtu: s.map_or(0, |s| s.params.mtu),
+            mtu: s.map_or(0, |s| s.mtu),
             transfer: t.map_or(TransferStats::default(), |t| t.stats()),
             packets_sent: c.packets_sent,
             packets_received: c.packets_received,

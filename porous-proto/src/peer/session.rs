@@ -25,7 +25,8 @@ use crate::wire::{ConnectRequest, Data, DecodeError, Expand, FixedRefs, Key, Mes
 pub(crate) struct Session {
     pub(crate) transfer: Transfer,
     pub(crate) channels: Channels,
-    pub(crate) params: Params,
+    /// The negotiated datagram size (the rest of the parameters went to the layers).
+    pub(crate) mtu: usize,
     send_key: Key,
     recv_key: Key,
     /// Unreliable packets with deadlines were sent since the last [`Session::stamp`].
@@ -93,7 +94,7 @@ impl Session {
         Self {
             transfer: Transfer::new(tc, local.frame_base, remote.frame_base),
             channels,
-            params,
+            mtu: params.mtu,
             send_key: Key::connection(local.nonce, remote.nonce),
             recv_key: Key::connection(remote.nonce, local.nonce),
             unstamped: false,
@@ -156,7 +157,7 @@ impl Session {
         self.transfer.on_timeout(now);
         self.channels.queue_window_acks(&mut self.transfer);
         loop {
-            let out = arena.room(self.params.mtu);
+            let out = arena.room(self.mtu);
             let Some(n) = self.transfer.poll_datagram(now, self.send_key, &self.channels, out) else { break };
             emit(out.split_to(n).freeze());
         }
