@@ -141,9 +141,14 @@ impl Channels {
     /// needs. Storing nothing would deadlock: the fragment that completes the packet the
     /// channel waits for can share a frame with packets that wait behind it.
     pub(crate) fn admit(&mut self, msgs: &[Message<'_>]) -> FrameAdmission {
+        // A channel a frame reaches is made before anything reads it: what follows then
+        // finds every channel of the frame made.
+        for m in msgs {
+            self.live(usize::from(m.channel));
+        }
         let mut need = 0;
         for m in msgs {
-            if let Some(ch) = self.channels.get(usize::from(m.channel)) {
+            if let Some(ch) = self.channels.get(usize::from(m.channel)).and_then(Option::as_deref) {
                 need += ch.recv.memory_need(m);
             }
         }
@@ -158,7 +163,7 @@ impl Channels {
         need = 0;
         for (i, m) in msgs.iter().enumerate() {
             let c = m.channel;
-            let Some(ch) = self.channels.get(usize::from(c)) else { continue };
+            let Some(ch) = self.channels.get(usize::from(c)).and_then(Option::as_deref) else { continue };
             let summary = match summaries.iter().find(|(k, _)| *k == c) {
                 Some(&(_, summary)) => summary,
                 None => {
@@ -185,7 +190,7 @@ impl Channels {
             return whole(progress);
         }
         for tier in EvictionTier::ALL {
-            for ch in &mut self.channels {
+            for ch in self.channels.iter_mut().flatten() {
                 let short = self.budget.shortfall(need);
                 if short == 0 {
                     return whole(progress);

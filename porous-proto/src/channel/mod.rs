@@ -30,15 +30,17 @@ mod admission;
 pub(crate) mod recv;
 pub(crate) mod send;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::config::{ChannelConfig, Priority};
+use crate::config::Priority;
 use crate::event::SendError;
+use crate::peer::Settings;
 use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
-use crate::transfer::{IdPolicy, OutMessage, PerChannel, Tag, Transfer};
+use crate::transfer::{IdPolicy, OutMessage, Tag, Transfer};
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 pub(crate) use admission::{Budget, ENTRY_OVERHEAD, FrameAdmission, MAX_DISPLACED};
 pub(crate) use recv::{ChannelReceiver, DELIVERED_SIZE, DELIVERED_WORDS, ENTRY_SIZE};
@@ -202,14 +204,23 @@ pub(crate) struct ChannelCounters {
 }
 
 /// Every channel of one connection, with their queue limits and shared reassembly budget.
+///
+/// A channel is made on first use (a packet sent on it, or a frame carrying one of its
+/// messages): most connections use few of the channels configured, and an unused channel
+/// is a pointer instead of its whole state. Until then it is exactly as a new channel
+/// would be, so anything that only reads it reads a new one (made on the stack, see
+/// [`Channels::view`]), and anything that would change it makes it first.
 #[derive(Debug)]
 pub(crate) struct Channels {
-    /// Inline for the usual few channels: they are reached on every datagram and every
-    /// send, and inline they share the connection's allocation instead of taking a heap
-    /// block (and a cache miss) of their own.
-    channels: SmallVec<[Channel; 4]>,
-    /// Each channel's `max_queued_bytes`.
-    caps: PerChannel<usize>,
+    channels: SmallVec<[Option<Box<Channel>>; 4]>,
+    /// The host's settings: each channel's configuration and queue limit.
+    settings: Arc<Settings>,
+    /// What a new channel starts with: fragment size, largest packet received, first
+    /// packet id each way.
+    fragment: usize,
+    recv_max_packet: usize,
+    send_base: u32,
+    recv_base: u32,
     budget: Budget,
     /// The largest packet this side may send (negotiated).
     send_max_packet: usize,
@@ -222,37 +233,72 @@ impl Channels {
     /// start at `send_base` one way and `recv_base` the other; received packets may hold
     /// `max_reassembly` bytes.
     pub(crate) fn new(
-        configs: &[ChannelConfig],
+        settings: Arc<Settings>,
         fragment: usize,
         (send_max_packet, recv_max_packet): (usize, usize),
         (send_base, recv_base): (u32, u32),
         max_reassembly: usize,
     ) -> Self {
-        let params = ChannelParams::default();
-        let channels = configs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Channel {
-                index: i as u8,
-                send: ChannelSender::new(i as u8, c.priority, params, fragment, send_base)
-                    .with_unreliable_policy(c.unreliable_deadline, c.latest_only)
-                    .with_unordered(c.unordered),
-                recv: ChannelReceiver::new(params, fragment, recv_max_packet, recv_base).with_unordered(c.unordered),
-            })
-            .collect();
         Self {
-            channels,
-            caps: configs.iter().map(|c| c.max_queued_bytes).collect(),
+            channels: settings.config.channels.iter().map(|_| None).collect(),
+            settings,
+            fragment,
+            recv_max_packet,
+            send_base,
+            recv_base,
             budget: Budget::new(max_reassembly),
             send_max_packet,
             counters: ChannelCounters::default(),
         }
     }
 
+    /// Channel `i` as it starts.
+    fn make(&self, i: usize) -> Option<Channel> {
+        let c = self.settings.config.channels.get(i)?;
+        let params = ChannelParams::default();
+        Some(Channel {
+            index: i as u8,
+            send: ChannelSender::new(i as u8, c.priority, params, self.fragment, self.send_base)
+                .with_unreliable_policy(c.unreliable_deadline, c.latest_only)
+                .with_unordered(c.unordered),
+            recv: ChannelReceiver::new(params, self.fragment, self.recv_max_packet, self.recv_base)
+                .with_unordered(c.unordered),
+        })
+    }
+
+    /// Runs `f` on channel `i`, or on a new one in its place if it is not made yet.
+    fn view<R>(&self, i: usize, f: impl FnOnce(&Channel) -> R) -> Option<R> {
+        match self.channels.get(i)? {
+            Some(ch) => Some(f(ch)),
+            None => self.make(i).map(|ch| f(&ch)),
+        }
+    }
+
+    /// Channel `i`, made if it is not yet.
+    fn live(&mut self, i: usize) -> Option<&mut Channel> {
+        if matches!(self.channels.get(i), Some(None)) {
+            let made = self.make(i).map(Box::new);
+            if let Some(slot) = self.channels.get_mut(i) {
+                *slot = made;
+            }
+        }
+        self.channels.get_mut(i)?.as_deref_mut()
+    }
+
+    /// The channels made so far.
+    fn made(&self) -> impl Iterator<Item = &Channel> {
+        self.channels.iter().flatten().map(|c| &**c)
+    }
+
+    /// The channels made so far, to change.
+    fn made_mut(&mut self) -> impl Iterator<Item = &mut Channel> {
+        self.channels.iter_mut().flatten().map(|c| &mut **c)
+    }
+
     /// Stamps the deadlines of packets still waiting for window space that were sent since
     /// the last stamp.
     pub(crate) fn stamp(&mut self, now: Instant) {
-        for ch in &mut self.channels {
+        for ch in self.made_mut() {
             ch.send.stamp(now);
         }
     }
@@ -267,15 +313,19 @@ impl Channels {
         sink: &mut impl MessageSink,
     ) -> Result<(), SendError> {
         let channels = self.channels.len();
-        let (Some(ch), Some(&cap)) = (self.channels.get_mut(channel), self.caps.get(channel)) else {
+        let Some(cap) = self.settings.config.channels.get(channel).map(|c| c.max_queued_bytes) else {
+            return Err(SendError::NoSuchChannel { channel, channels });
+        };
+        let send_max_packet = self.send_max_packet;
+        let Some(ch) = self.live(channel) else {
             return Err(SendError::NoSuchChannel { channel, channels });
         };
         if ch.send.unordered() && mode != SendMode::Reliable {
             return Err(SendError::ModeNotAllowed { channel, mode });
         }
         let size = data.len();
-        if size > self.send_max_packet {
-            return Err(SendError::TooLarge { size, max: self.send_max_packet });
+        if size > send_max_packet {
+            return Err(SendError::TooLarge { size, max: send_max_packet });
         }
         let packet = ch.send.packet(data, mode);
         match ch.send(packet, cap, sink) {
@@ -293,7 +343,7 @@ impl Channels {
     /// Expands a packet id on `channel` sent as its low 16 bits.
     pub(crate) fn expand_packet_id(&self, channel: u8, truncated: u16) -> u32 {
         // An unknown channel is a violation the receive pass reports; any value will do.
-        self.channels.get(usize::from(channel)).map_or(u32::from(truncated), |c| c.recv.expand(truncated))
+        self.view(usize::from(channel), |c| c.recv.expand(truncated)).unwrap_or(u32::from(truncated))
     }
 
     /// Stores and delivers the messages of a verified frame that [`Channels::admit`]
@@ -314,7 +364,8 @@ impl Channels {
         let mut touched = [0u64; 4];
         for (j, m) in msgs.iter().enumerate() {
             let i = usize::from(m.channel);
-            let Some(ch) = self.channels.get_mut(i) else {
+            self.live(i);
+            let Some(ch) = self.channels.get_mut(i).and_then(Option::as_deref_mut) else {
                 self.counters.violations += 1;
                 continue;
             };
@@ -344,6 +395,7 @@ impl Channels {
             if touched.get(i / 64).is_none_or(|w| w & (1 << (i % 64)) == 0) {
                 continue;
             }
+            let Some(ch) = ch.as_deref_mut() else { continue };
             let counters = &mut self.counters;
             ch.recv.deliver(&mut self.budget, |data, mode| {
                 counters.packets_received += 1;
@@ -356,7 +408,7 @@ impl Channels {
     /// Queues the window acknowledgements the receiving halves owe, at each channel's
     /// priority.
     pub(crate) fn queue_window_acks(&mut self, sink: &mut impl MessageSink) {
-        for ch in &mut self.channels {
+        for ch in self.made_mut() {
             if let Some(m) = ch.recv.take_window_ack() {
                 let message = OutMessage {
                     kind: MessageKind::WindowAck,
@@ -374,19 +426,19 @@ impl Channels {
 
     /// Whether every packet has been handed to the transfer layer.
     pub(crate) fn is_drained(&self) -> bool {
-        self.channels.iter().all(|c| c.send.is_drained())
+        self.made().all(|c| c.send.is_drained())
     }
 
     /// Forgets the packets waiting for window space.
     pub(crate) fn clear(&mut self) {
-        for ch in &mut self.channels {
+        for ch in self.made_mut() {
             ch.send.clear();
         }
     }
 
     /// Bytes the channels hold on the sending side (see [`Channel::held`]).
     pub(crate) fn queued_bytes(&self, sink: &impl MessageSink) -> usize {
-        self.channels.iter().map(|c| c.held(sink)).sum()
+        (0..self.channels.len()).filter_map(|i| self.view(i, |c| c.held(sink))).sum()
     }
 
     /// Reassembly bytes held for received packets.
@@ -397,9 +449,8 @@ impl Channels {
     /// Heap bytes of the channels' own structures and the reassembly memory.
     pub(crate) fn memory(&self) -> usize {
         let spilled = |bytes: usize, spilled: bool| if spilled { bytes } else { 0 };
-        spilled(self.channels.capacity() * size_of::<Channel>(), self.channels.spilled())
-            + self.channels.iter().map(|c| c.send.memory() + c.recv.memory()).sum::<usize>()
-            + spilled(self.caps.capacity() * size_of::<usize>(), self.caps.spilled())
+        spilled(self.channels.capacity() * size_of::<Option<Box<Channel>>>(), self.channels.spilled())
+            + self.made().map(|c| size_of::<Channel>() + c.send.memory() + c.recv.memory()).sum::<usize>()
             + self.budget.used()
     }
 
@@ -410,14 +461,14 @@ impl Channels {
     /// Each channel's next expected packet id (`m_b`); fuzzing forges datagrams with them.
     #[cfg(feature = "arbitrary")]
     pub(crate) fn window_bases(&self) -> Vec<u32> {
-        self.channels.iter().map(|c| c.recv.window_base()).collect()
+        (0..self.channels.len()).filter_map(|i| self.view(i, |c| c.recv.window_base())).collect()
     }
 }
 
 /// The sending halves decide how wide each id must travel.
 impl IdPolicy for Channels {
     fn short_id(&self, channel: u8, id: u32) -> bool {
-        self.channels.get(usize::from(channel)).is_some_and(|c| c.send.short_id(id))
+        self.view(usize::from(channel), |c| c.send.short_id(id)).unwrap_or(false)
     }
 }
 

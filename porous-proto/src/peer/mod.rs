@@ -24,9 +24,12 @@
 //! frame proves the sender holds this side's nonce, so it counts as the acknowledgement
 //! (the spec's lost-acknowledgement case, Figure 2 (a), then costs nothing).
 //!
-//! Until it is connected a peer holds only its handshake state (560 bytes, plus any connect
+//! Until it is connected a peer holds only its handshake state (520 bytes, plus any connect
 //! data); the session (transfer layer, channels, buffers), boxed, is made when the
-//! connection is, so a flood of requests costs little memory per pending peer.
+//! connection is, so a flood of requests costs little memory per pending peer. The
+//! handshake state proper (both requests, the negotiated parameters, connect data; 320 of
+//! those bytes), boxed too, is dropped then: a connected peer answers a late request from
+//! the nonces and keys it keeps, and never sends one again.
 //!
 //! Under manual admission an incoming request first awaits the application's decision: it
 //! is reported once (`Event::ConnectRequest`), left unanswered, and its retries, or
@@ -86,6 +89,24 @@ enum Closing {
     Requesting(Instant),
 }
 
+/// A peer's handshake state: what it sends and what it learned until it is connected.
+#[derive(Debug)]
+struct Handshake {
+    local: ConnectRequest,
+    remote_req: Option<ConnectRequest>,
+    /// What the connection runs with, once the remote request is known.
+    params: Option<Params>,
+    /// The first handshake datagram sent and how many were sent: a reply to a lone one is
+    /// a clean round-trip sample (Karn: never one to a retried one).
+    sent: Option<(Instant, u32)>,
+    /// Secret seed of the frame ids the session skips (see `Transfer`).
+    skip_seed: u64,
+    /// This side's connect data, sent with every request (never with a reply).
+    local_data: Bytes,
+    /// The remote's connect data, from its request, until `Connected` hands it over.
+    remote_data: Bytes,
+}
+
 #[derive(Debug)]
 pub(crate) struct Peer {
     /// The id events about this peer carry.
@@ -97,32 +118,25 @@ pub(crate) struct Peer {
     /// `Connected` was announced to the application.
     announced: bool,
     closing: Option<Closing>,
-    local: ConnectRequest,
-    remote_req: Option<ConnectRequest>,
+    /// This side's nonce (the key of the replies it receives).
+    local_nonce: u32,
+    /// The remote's nonce, once its request is known.
+    remote_nonce: Option<u32>,
     /// The connection keys (sending, receiving), once the remote request is known: derived
     /// once, not per datagram.
     keys: Option<(Key, Key)>,
-    /// What the connection runs with, once the remote request is known.
-    params: Option<Params>,
     acked: bool,
+    /// What only the handshake uses, boxed and dropped once connected: an active
+    /// connection does not carry the room of its requests and connect data.
+    handshake: Option<Box<Handshake>>,
     /// Boxed: made only once connected, so a pending handshake does not carry its room.
     session: Option<Box<Session>>,
-    timers: Timers,
     /// When the current state began.
     since: Instant,
     last_recv: Instant,
     next_send: Option<Instant>,
     retry: Duration,
     malformed: u64,
-    /// The first handshake datagram sent and how many were sent: a reply to a lone one is
-    /// a clean round-trip sample (Karn: never one to a retried one).
-    handshake_sent: Option<(Instant, u32)>,
-    /// Secret seed of the frame ids the session skips (see `Transfer`).
-    skip_seed: u64,
-    /// This side's connect data, sent with every request (never with a reply).
-    local_data: Bytes,
-    /// The remote's connect data, from its request, until `Connected` hands it over.
-    remote_data: Bytes,
     /// An incoming request awaiting the application's decision (manual admission): it is
     /// left unanswered, and its retries make no further event.
     awaiting: bool,
@@ -158,13 +172,20 @@ impl Peer {
             origin,
             announced: false,
             closing: None,
-            local,
-            remote_req: None,
+            local_nonce: local.nonce,
+            remote_nonce: None,
             keys: None,
-            params: None,
             acked: false,
+            handshake: Some(Box::new(Handshake {
+                local,
+                remote_req: None,
+                params: None,
+                sent: None,
+                skip_seed: seed,
+                local_data: Bytes::new(),
+                remote_data: Bytes::new(),
+            })),
             session: None,
-            timers: Timers::default(),
             since: now,
             last_recv: now,
             // The side that connects sends its first request at the next step; an incoming
@@ -172,10 +193,6 @@ impl Peer {
             next_send: (origin == Origin::Local).then_some(now),
             retry,
             malformed: 0,
-            handshake_sent: None,
-            skip_seed: seed,
-            local_data: Bytes::new(),
-            remote_data: Bytes::new(),
             awaiting: false,
             requested: false,
             close_code: 0,
@@ -205,7 +222,9 @@ impl Peer {
         secure: Option<SecureState>,
     ) -> Self {
         let mut p = Self::new(now, at, settings, local, Origin::Local, seed);
-        p.local_data = data;
+        if let Some(h) = p.handshake.as_deref_mut() {
+            h.local_data = data;
+        }
         p.set_secure(secure);
         p
     }
@@ -230,13 +249,15 @@ impl Peer {
         p.set_secure(secure);
         let (req, params, data) = accepted;
         p.set_remote(req);
-        p.params = Some(params);
-        p.remote_data = data;
+        if let Some(h) = p.handshake.as_deref_mut() {
+            h.params = Some(params);
+            h.remote_data = data.clone();
+        }
         if manual {
             p.awaiting = true;
             p.requested = true;
             let client_id = p.secure.as_deref().and_then(SecureState::client_id);
-            out.event(Event::ConnectRequest { peer: p.id, remote: p.remote, data: p.remote_data.clone(), client_id });
+            out.event(Event::ConnectRequest { peer: p.id, remote: p.remote, data, client_id });
         } else {
             p.send_handshake(now, out);
         }
@@ -269,10 +290,13 @@ impl Peer {
 
     /// The remote side's request is known: so are the connection keys.
     fn set_remote(&mut self, r: ConnectRequest) {
-        self.remote_req = Some(r);
-        self.keys = Some((Key::connection(self.local.nonce, r.nonce), Key::connection(r.nonce, self.local.nonce)));
+        if let Some(h) = self.handshake.as_deref_mut() {
+            h.remote_req = Some(r);
+        }
+        self.remote_nonce = Some(r.nonce);
+        self.keys = Some((Key::connection(self.local_nonce, r.nonce), Key::connection(r.nonce, self.local_nonce)));
         if let Some(s) = &mut self.secure {
-            s.connect(self.local.nonce, r.nonce);
+            s.connect(self.local_nonce, r.nonce);
         }
     }
 
@@ -310,23 +334,22 @@ impl Peer {
     }
 
     fn connected(&mut self, now: Instant, out: &mut Outputs) {
-        if let (None, Some(params), Some(req)) = (&self.session, self.params, self.remote_req) {
-            self.session = Some(Box::new(Session::new(
-                &self.settings,
-                params,
-                &self.local,
-                &req,
-                self.skip_seed,
-                self.secure.is_some(),
-            )));
+        // The handshake is over: its state goes (a connected peer never sends a request
+        // again; late requests are answered from the nonces and keys).
+        let h = self.handshake.take();
+        if let (None, Some(h)) = (&self.session, h.as_deref())
+            && let (Some(params), Some(req)) = (h.params, h.remote_req)
+        {
+            let sealed = self.secure.is_some();
+            self.session = Some(Box::new(Session::new(&self.settings, params, &h.local, &req, h.skip_seed, sealed)));
         }
-        if let (Some((first, 1)), Some(s)) = (self.handshake_sent, self.session.as_deref_mut()) {
+        if let (Some((first, 1)), Some(s)) = (h.as_deref().and_then(|h| h.sent), self.session.as_deref_mut()) {
             s.transfer.rtt_sample(now.saturating_duration_since(first));
         }
         self.enter(now, PeerState::Connected);
         self.announced = true;
         self.last_recv = now;
-        let data = std::mem::take(&mut self.remote_data);
+        let data = h.map(|h| h.remote_data).unwrap_or_default();
         let client_id = self.secure.as_deref().and_then(SecureState::client_id);
         out.event(Event::Connected { peer: self.id, remote: self.remote, data, client_id });
     }
@@ -339,11 +362,14 @@ impl Peer {
     /// so nobody can make this host send a spoofed address more than it sent (a lost
     /// reply is covered by the requester's own retry).
     fn send_handshake(&mut self, now: Instant, out: &mut Outputs) {
-        match (self.remote_req, &mut self.secure) {
-            (Some(r), _) => self.reply(&Control::RequestAck(self.local), r.nonce, None, out),
-            (None, Some(s)) => s.send_request(out, self.remote, &self.local),
+        // Only ever called while connecting, which keeps the handshake state.
+        let Some((local, remote_req)) = self.handshake.as_deref().map(|h| (h.local, h.remote_req)) else { return };
+        match (remote_req, &mut self.secure) {
+            (Some(r), _) => self.reply(&Control::RequestAck(local), r.nonce, None, out),
+            (None, Some(s)) => s.send_request(out, self.remote, &local),
             (None, None) => {
-                let request = Control::Request { request: self.local, data: &self.local_data };
+                let data = self.handshake.as_deref().map_or(&[][..], |h| &h.local_data[..]);
+                let request = Control::Request { request: local, data };
                 out.control(self.remote, &request, Key::version());
             }
         }
@@ -353,10 +379,12 @@ impl Peer {
         }
         // Every handshake datagram counts, timer-driven or a reply: a round-trip sample
         // is taken only when exactly one went out (Karn's rule).
-        self.handshake_sent = Some(match self.handshake_sent {
-            Some((first, n)) => (first, n + 1),
-            None => (now, 1),
-        });
+        if let Some(h) = self.handshake.as_deref_mut() {
+            h.sent = Some(match h.sent {
+                Some((first, n)) => (first, n + 1),
+                None => (now, 1),
+            });
+        }
     }
 
     /// Sends `c` in answer to the request of nonce `to`. Plain: keyed with that nonce.
@@ -400,7 +428,7 @@ impl Peer {
     ) -> Result<(), wire::DecodeError> {
         let key = match (wire::key_class(ty), self.keys()) {
             (KeyClass::Version, _) => Key::version(),
-            (KeyClass::Reply, _) => Key::reply(self.local.nonce),
+            (KeyClass::Reply, _) => Key::reply(self.local_nonce),
             (KeyClass::Connection, Some((_, recv))) => recv,
             // No connection key yet: nothing can verify it.
             (KeyClass::Connection, None) => Key::version(),
@@ -427,7 +455,7 @@ impl Peer {
     ) -> Result<(), wire::DecodeError> {
         let Some(s) = self.secure.as_deref_mut() else { return Err(wire::DecodeError::UnknownType(ty)) };
         let control = match (ty, s.is_client()) {
-            (0x81..=0x85, true) => s.open_reply(datagram, self.local.nonce),
+            (0x81..=0x85, true) => s.open_reply(datagram, self.local_nonce),
             (0x82 | 0x86 | 0x87, _) => s.open_control(datagram),
             _ => Err(wire::DecodeError::UnknownType(ty)),
         };
@@ -459,10 +487,12 @@ impl Peer {
         let restart = self.state == PeerState::Connecting
             && !self.awaiting
             && !self.requested
-            && self.remote_req.is_some_and(|r| r.nonce != req.nonce);
+            && self.remote_nonce.is_some_and(|n| n != req.nonce);
         if restart {
             s.adopt(token);
-            self.remote_data = token.user_data.clone();
+            if let Some(h) = self.handshake.as_deref_mut() {
+                h.remote_data = token.user_data.clone();
+            }
             self.timeout = s.timeout.max(self.settings.config.ping_interval * 2);
         }
         self.on_request(now, req, &[], Some(reply_key), out);
@@ -515,7 +545,7 @@ impl Peer {
             // Awaiting the application: its retries get no answer and make no event. Once
             // the application has seen a request, only that attempt (its nonce) may connect.
             PeerState::Connecting if self.awaiting => {}
-            PeerState::Connecting if self.requested && self.remote_req.is_some_and(|r| r.nonce != req.nonce) => {}
+            PeerState::Connecting if self.requested && self.remote_nonce.is_some_and(|n| n != req.nonce) => {}
             PeerState::Connecting => {
                 let extra = if self.secure.is_some() { wire::secure::SEAL_EXTRA } else { 0 };
                 let params = match negotiate(&self.settings.config, &req, extra) {
@@ -526,16 +556,22 @@ impl Peer {
                         return;
                     }
                 };
-                if self.remote_req.is_none_or(|r| r.nonce != req.nonce) {
+                if self.remote_nonce.is_none_or(|n| n != req.nonce) {
                     // A first request, or the remote restarted its attempt.
-                    self.params = Some(params);
                     self.set_remote(req);
-                    if self.secure.is_none() {
-                        self.remote_data = Bytes::copy_from_slice(data);
+                    let secure = self.secure.is_some();
+                    if let Some(h) = self.handshake.as_deref_mut() {
+                        h.params = Some(params);
+                        if !secure {
+                            h.remote_data = Bytes::copy_from_slice(data);
+                        }
                     }
-                } else if self.remote_data.is_empty() && !data.is_empty() {
+                } else if let Some(h) = self.handshake.as_deref_mut()
+                    && h.remote_data.is_empty()
+                    && !data.is_empty()
+                {
                     // Its request after its reply (both sides connecting at once).
-                    self.remote_data = Bytes::copy_from_slice(data);
+                    h.remote_data = Bytes::copy_from_slice(data);
                 }
                 if self.acked {
                     self.reply(&Control::Ack, req.nonce, reply_key, out);
@@ -548,7 +584,7 @@ impl Peer {
                 // The acknowledgement was lost (Figure 2 (a)), or the remote restarted
                 // while this side still holds the old connection: acknowledge the id it
                 // holds, which tells a restarted remote its attempt is stale.
-                let held = self.remote_req.map_or(req.nonce, |r| r.nonce);
+                let held = self.remote_nonce.unwrap_or(req.nonce);
                 let reply = if held == req.nonce { Control::Ack } else { Control::AckOther { acked: held } };
                 self.reply(&reply, req.nonce, reply_key, out);
             }
@@ -559,15 +595,17 @@ impl Peer {
     fn on_ack(&mut self, now: Instant, out: &mut Outputs) {
         if self.state == PeerState::Connecting {
             self.acked = true;
-            if self.remote_req.is_some() {
+            if self.remote_nonce.is_some() {
                 self.connected(now, out);
             }
         }
     }
 
     fn on_challenge(&mut self, now: Instant, cookie: Cookie, out: &mut Outputs) {
-        if self.state == PeerState::Connecting && self.remote_req.is_none() {
-            self.local.cookie = Some(cookie);
+        if self.state == PeerState::Connecting && self.remote_nonce.is_none() {
+            if let Some(h) = self.handshake.as_deref_mut() {
+                h.local.cookie = Some(cookie);
+            }
             self.send_handshake(now, out);
         }
     }
@@ -611,7 +649,7 @@ impl Peer {
     ) -> Result<(), wire::DecodeError> {
         let Some(s) = self.secure.as_deref() else { return Err(wire::DecodeError::BadChecksum) };
         let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
-        if !active || self.remote_req.is_none() {
+        if !active || self.remote_nonce.is_none() {
             return Ok(());
         }
         let (key, parts, n) = s.receiving(datagram).inspect_err(|e| {
@@ -644,12 +682,15 @@ impl Peer {
         out: &mut Outputs,
     ) -> Result<bool, wire::DecodeError> {
         let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
-        let (Some(remote), true) = (self.remote_req, active) else {
+        if !active || self.remote_nonce.is_none() {
             return Ok(false);
-        };
+        }
         if self.session.is_none() {
             // Connecting: verify against the windows as they start, before making anything.
-            let initial = initial_windows(&self.local, &remote);
+            let Some((local, Some(remote))) = self.handshake.as_deref().map(|h| (h.local, h.remote_req)) else {
+                return Ok(false);
+            };
+            let initial = initial_windows(&local, &remote);
             if let Err(e) = session::open(datagram, &opening, &initial, |_| {}) {
                 self.malformed += 1;
                 return Err(e);
@@ -705,8 +746,8 @@ impl Peer {
     /// `code`, and ends the peer at once (the host deletes it at its next step): it costs
     /// no more than a refusal. Returns whether it was awaiting.
     pub(crate) fn reject(&mut self, now: Instant, code: u32, out: &mut Outputs) -> bool {
-        let (true, Some(req)) = (self.awaiting, self.remote_req) else { return false };
-        self.reply(&Control::Refuse(RefuseReason::Rejected(code)), req.nonce, None, out);
+        let (true, Some(nonce)) = (self.awaiting, self.remote_nonce) else { return false };
+        self.reply(&Control::Refuse(RefuseReason::Rejected(code)), nonce, None, out);
         self.end(now, PeerState::Zombie, DisconnectReason::Local, out);
         true
     }
@@ -723,7 +764,7 @@ impl Peer {
                 self.enter(now, PeerState::Disconnecting);
                 self.closing = Some(Closing::Flushing(now + self.settings.config.timeout));
             }
-            PeerState::Connecting if self.remote_req.is_some() => {
+            PeerState::Connecting if self.remote_nonce.is_some() => {
                 self.enter(now, PeerState::Disconnecting);
                 self.closing = Some(Closing::Requesting(now));
                 self.retry = self.settings.config.connect_retry;
@@ -835,8 +876,8 @@ impl Peer {
     /// refreshed from its state.
     pub(crate) fn next_timeout(&mut self, now: Instant) -> Option<Instant> {
         let cfg = &self.settings.config;
-        let t = &mut self.timers;
-        t.clear();
+        let mut timers = Timers::default();
+        let t = &mut timers;
         match self.state {
             PeerState::Connecting => {
                 t.set(Timer::Retry, self.next_send);
@@ -878,8 +919,7 @@ impl Peer {
     pub(crate) fn memory(&self) -> usize {
         size_of::<Self>()
             + self.secure.as_deref().map_or(0, |s| size_of::<SecureState>() + s.memory())
-            + self.local_data.len()
-            + self.remote_data.len()
+            + self.handshake.as_deref().map_or(0, |h| size_of::<Handshake>() + h.local_data.len() + h.remote_data.len())
             + self.session.as_deref().map_or(0, Session::memory)
     }
 
@@ -899,7 +939,7 @@ impl Peer {
             ssthresh: t.map_or(0, |t| t.ssthresh()),
             flight: t.map_or(0, |t| t.flight()),
             frames_in_flight: t.map_or(0, |t| t.frames_in_flight()),
-            mtu: s.map_or(0, |s| s.params.mtu),
+            mtu: s.map_or(0, |s| s.mtu),
             transfer: t.map_or(TransferStats::default(), |t| t.stats()),
             packets_sent: c.packets_sent,
             packets_received: c.packets_received,

@@ -7,6 +7,7 @@
 //! stored and acknowledged whole, or neither) and receive its messages. Sending: channels
 //! queue messages into the transfer layer, which each flush turns into datagrams.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -47,7 +48,8 @@ pub(crate) fn open<'d>(
 pub(crate) struct Session {
     pub(crate) transfer: Transfer,
     pub(crate) channels: Channels,
-    pub(crate) params: Params,
+    /// The negotiated datagram size (the rest of the parameters went to the layers).
+    pub(crate) mtu: usize,
     send_key: Key,
     /// The plain key of what arrives: the peer verifies with its own keys; fuzzing forges
     /// with this one (`Session::seal`).
@@ -94,7 +96,7 @@ impl Session {
     /// secure mode the layers below see a datagram size smaller by what sealing adds, so
     /// every sealed datagram still fits the negotiated one.
     pub(crate) fn new(
-        settings: &Settings,
+        settings: &Arc<Settings>,
         params: Params,
         local: &ConnectRequest,
         remote: &ConnectRequest,
@@ -113,7 +115,7 @@ impl Session {
         tc.weights = cfg.channels.iter().map(|c| c.weight).collect();
         tc.repair = cfg.channels.iter().map(|c| c.repair).collect();
         let channels = Channels::new(
-            &cfg.channels,
+            Arc::clone(settings),
             crate::wire::fragment_payload(mtu),
             (params.send_max_packet, params.recv_max_packet),
             (local.packet_base, remote.packet_base),
@@ -122,7 +124,7 @@ impl Session {
         Self {
             transfer: Transfer::new(tc, local.frame_base, remote.frame_base),
             channels,
-            params,
+            mtu: params.mtu,
             send_key: Key::connection(local.nonce, remote.nonce),
             #[cfg(feature = "arbitrary")]
             recv_key: Key::connection(remote.nonce, local.nonce),
@@ -199,7 +201,7 @@ impl Session {
         self.transfer.on_timeout(now);
         self.channels.queue_window_acks(&mut self.transfer);
         loop {
-            let out = arena.room(self.params.mtu);
+            let out = arena.room(self.mtu);
             let key = match &sealing {
                 Some((key, counter)) => Key::sealed(*key, **counter),
                 None => self.send_key,

@@ -2,8 +2,9 @@
 //! next (the host files that one deadline in its heap).
 //!
 //! Rows are recomputed from the peer's state ([`Peer::next_timeout`](super::Peer)) rather
-//! than armed and disarmed at each transition, so a row can never be left stale. A new
-//! timer (pacing, a delayed acknowledgement) is one more row.
+//! than armed and disarmed at each transition, so a row can never be left stale; the table
+//! is built at each call and not kept in the peer. A new timer (pacing, a delayed
+//! acknowledgement) is one more row.
 
 use std::time::Instant;
 
@@ -60,6 +61,7 @@ impl Timers {
     }
 
     /// Stops every timer.
+    #[cfg(test)]
     pub(crate) fn clear(&mut self) {
         self.0 = [None; Timer::COUNT];
     }

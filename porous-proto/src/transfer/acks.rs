@@ -24,6 +24,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::lean::Nanos;
 use crate::seq::SeqSpace;
 use crate::wire::{ACK_DELAY_UNIT, AckRange};
 
@@ -40,7 +41,7 @@ pub(crate) struct Cadence {
     last: Option<Instant>,
     /// Smoothed time between the instants this side sends frames (several frames of
     /// one flush count once).
-    gap: Duration,
+    gap: Nanos,
 }
 
 impl Cadence {
@@ -51,7 +52,8 @@ impl Cadence {
             // found again within a few ticks of the game resuming.
             let gap = now.saturating_duration_since(last).min(2 * MAX_ACK_DELAY);
             if !gap.is_zero() {
-                self.gap = if self.gap.is_zero() { gap } else { (self.gap * 7 + gap) / 8 };
+                let old = self.gap.get();
+                self.gap = Nanos::of(if old.is_zero() { gap } else { (old * 7 + gap) / 8 });
             }
         }
         self.last = Some(now);
@@ -62,8 +64,9 @@ impl Cadence {
     /// otherwise (no rhythm, too slow a one, or a frame overdue) `since` itself.
     pub(crate) fn ride_by(&self, since: Instant) -> Instant {
         match self.last {
-            Some(last) if !self.gap.is_zero() && self.gap <= MAX_ACK_DELAY => {
-                let expected = last + self.gap + self.gap / 4;
+            Some(last) if !self.gap.get().is_zero() && self.gap.get() <= MAX_ACK_DELAY => {
+                let gap = self.gap.get();
+                let expected = last + gap + gap / 4;
                 if expected < since { since } else { expected.min(since + MAX_ACK_DELAY) }
             }
             _ => since,

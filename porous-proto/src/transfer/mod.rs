@@ -48,7 +48,7 @@ use acks::{Cadence, MAX_RANGES, Receiver};
 use congestion::{AckEvent, Controller, Limits, Path};
 use delivery::Delivery;
 pub(crate) use inflight::SPAN_COST;
-use inflight::{InFlight, Outcome};
+use inflight::{Frame, InFlight, Outcome};
 use pacing::Pacer;
 use ping::Ping;
 use queues::SendQueues;
@@ -754,7 +754,7 @@ impl Transfer {
         let (queued, stats, cc) = (&mut self.queued, &mut self.stats, &mut self.cc);
         self.inflight.detect_losses(now, path.rto, window, |q, id| {
             let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
-            let size = q.get(id).map_or(0, |f| f.size);
+            let size = q.get(id).map_or(0, Frame::bytes);
             let stripped = q.drop_frame(
                 id,
                 sentinel,

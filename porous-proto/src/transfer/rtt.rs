@@ -25,6 +25,7 @@
 use std::time::Duration;
 
 use super::acks::MAX_ACK_DELAY;
+use crate::lean::Nanos;
 
 /// The spec's initial round-trip time.
 pub(crate) const INITIAL_RTT: Duration = Duration::from_millis(200);
@@ -34,33 +35,35 @@ pub(crate) const INITIAL_RTT: Duration = Duration::from_millis(200);
 /// to zero, which would otherwise leave no margin at all.
 pub(crate) const GRANULARITY: Duration = Duration::from_millis(1);
 
-/// The RFC 6298 estimator of the connection's round-trip time.
+/// The RFC 6298 estimator of the connection's round-trip time. Its durations are kept as
+/// whole nanoseconds ([`Nanos`], 8 bytes instead of 16) and computed on as `Duration`s,
+/// so every result is what `Duration` arithmetic gives.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Rtt {
-    srtt: Duration,
-    rttvar: Duration,
-    step: Duration,
-    rto: Duration,
+    srtt: Nanos,
+    rttvar: Nanos,
+    step: Nanos,
+    rto: Nanos,
     sampled: bool,
-    latest: Duration,
-    /// The smallest sample so far.
-    min: Option<Duration>,
+    latest: Nanos,
+    /// The smallest sample so far ([`Nanos::MAX`] before any: no sample is 584 years long).
+    min: Nanos,
     /// The longest acknowledgement hold the peer reported lately: a decaying maximum,
     /// never above [`MAX_ACK_DELAY`] whatever the peer says.
-    peer_hold: Duration,
+    peer_hold: Nanos,
 }
 
 impl Rtt {
     pub(crate) fn new(initial: Duration) -> Self {
         let mut r = Self {
-            srtt: initial,
-            rttvar: initial / 2,
-            step: Duration::ZERO,
-            rto: Duration::ZERO,
+            srtt: Nanos::of(initial),
+            rttvar: Nanos::of(initial / 2),
+            step: Nanos::default(),
+            rto: Nanos::default(),
             sampled: false,
-            latest: initial,
-            min: None,
-            peer_hold: Duration::ZERO,
+            latest: Nanos::of(initial),
+            min: Nanos::MAX,
+            peer_hold: Nanos::default(),
         };
         r.update_rto();
         r
@@ -68,35 +71,37 @@ impl Rtt {
 
     fn update_rto(&mut self) {
         // Equation (7), with the variance term never below the timer granularity.
-        self.rto = self.srtt + self.step.max(self.rttvar * 4).max(GRANULARITY) + self.peer_hold;
+        let (srtt, step, rttvar, hold) = (self.srtt.get(), self.step.get(), self.rttvar.get(), self.peer_hold.get());
+        self.rto = Nanos::of(srtt + step.max(rttvar * 4).max(GRANULARITY) + hold);
     }
 
     /// A round trip measured `sample`, of which the peer reports holding its
     /// acknowledgement `held`.
     pub(crate) fn on_delayed_sample(&mut self, sample: Duration, held: Duration) {
         let adjusted = sample.saturating_sub(held);
-        self.on_sample(if self.min.is_none_or(|m| adjusted >= m) { adjusted } else { sample });
+        self.on_sample(if self.min().is_none_or(|m| adjusted >= m) { adjusted } else { sample });
     }
 
     /// The peer reports holding an acknowledgement `held`.
     pub(crate) fn on_ack_delay(&mut self, held: Duration) {
-        self.peer_hold = held.min(MAX_ACK_DELAY).max(self.peer_hold * 7 / 8);
+        self.peer_hold = Nanos::of(held.min(MAX_ACK_DELAY).max(self.peer_hold.get() * 7 / 8));
         self.update_rto();
     }
 
     /// A ping was acknowledged after `sample`.
     pub(crate) fn on_sample(&mut self, sample: Duration) {
-        self.latest = sample;
-        self.min = Some(self.min.map_or(sample, |m| m.min(sample)));
+        self.latest = Nanos::of(sample);
+        self.min = Nanos::of(self.min().map_or(sample, |m| m.min(sample)));
         if self.sampled {
             // (6) first, against the old average; then (5).
-            let dev = self.srtt.abs_diff(sample);
-            self.rttvar = self.rttvar * 3 / 4 + dev / 4;
-            self.srtt = self.srtt * 7 / 8 + sample / 8;
+            let (srtt, rttvar) = (self.srtt.get(), self.rttvar.get());
+            let dev = srtt.abs_diff(sample);
+            self.rttvar = Nanos::of(rttvar * 3 / 4 + dev / 4);
+            self.srtt = Nanos::of(srtt * 7 / 8 + sample / 8);
         } else {
             self.sampled = true;
-            self.srtt = sample;
-            self.rttvar = sample / 2;
+            self.srtt = Nanos::of(sample);
+            self.rttvar = Nanos::of(sample / 2);
         }
         self.update_rto();
     }
@@ -104,40 +109,41 @@ impl Rtt {
     /// The host stepped `interval` after its previous step.
     #[cfg(test)]
     pub(crate) fn on_step(&mut self, interval: Duration) {
-        self.step = if self.step.is_zero() { interval } else { self.step * 7 / 8 + interval / 8 };
+        let step = self.step.get();
+        self.step = Nanos::of(if step.is_zero() { interval } else { step * 7 / 8 + interval / 8 });
         self.update_rto();
     }
 
     /// The host's smoothed step interval, as last reported.
     pub(crate) fn set_step(&mut self, step: Duration) {
-        self.step = step;
+        self.step = Nanos::of(step);
         self.update_rto();
     }
 
     pub(crate) fn srtt(&self) -> Duration {
-        self.srtt
+        self.srtt.get()
     }
 
     pub(crate) fn rttvar(&self) -> Duration {
-        self.rttvar
+        self.rttvar.get()
     }
 
     pub(crate) fn rto(&self) -> Duration {
-        self.rto
+        self.rto.get()
     }
 
     /// The smallest round trip sampled, if any.
     pub(crate) fn min(&self) -> Option<Duration> {
-        self.min
+        (self.min != Nanos::MAX).then(|| self.min.get())
     }
 
     pub(crate) fn latest(&self) -> Duration {
-        self.latest
+        self.latest.get()
     }
 
     /// The host's smoothed step interval.
     pub(crate) fn step(&self) -> Duration {
-        self.step
+        self.step.get()
     }
 }
 

@@ -46,6 +46,7 @@
 use std::time::{Duration, Instant};
 
 use super::{AckEvent, Limits, Path};
+use crate::lean::Nanos;
 use crate::stats::{CongestionMode, CongestionStats};
 
 /// Startup's pacing and window gain: 2 / ln 2, the least that doubles the delivery rate
@@ -129,13 +130,16 @@ impl BwFilter {
     }
 }
 
+/// `Model::min_rtt` before any sample: no RTT sample is 584 years long.
+const NO_RTT: Nanos = Nanos::MAX;
+
 /// The model-based controller of one connection.
 #[derive(Clone, Debug)]
 pub(crate) struct Model {
     limits: Limits,
     mode: CongestionMode,
     bw: BwFilter,
-    min_rtt: Option<Duration>,
+    min_rtt: Nanos,
     /// When `min_rtt` was last seen (or set).
     min_rtt_at: Option<Instant>,
     /// Round trips so far, and the delivered count that ends the current one.
@@ -145,7 +149,7 @@ pub(crate) struct Model {
     full_bw: u64,
     full_bw_rounds: u8,
     /// The current ProbeBandwidth phase and when it began.
-    cycle: usize,
+    cycle: u8,
     cycle_at: Option<Instant>,
     /// ProbeRtt: when the flight first reached its floor, and the round that must end.
     probe_rtt_done: Option<(Instant, u64)>,
@@ -158,7 +162,7 @@ pub(crate) struct Model {
     /// Bytes acknowledged and lost in the current round, and its highest RTT sample.
     round_acked: u64,
     round_lost: u64,
-    round_max_rtt: Duration,
+    round_max_rtt: Nanos,
     /// The ceiling congested rounds put on the bandwidth, bytes per second (0: none).
     loss_cap: u64,
     /// The last round lost more than [`SEVERE_LOSS`].
@@ -186,7 +190,7 @@ pub(crate) struct Model {
     resets: u64,
     window: usize,
     pacing_rate: u64,
-    srtt: Duration,
+    srtt: Nanos,
 }
 
 impl Model {
@@ -196,7 +200,7 @@ impl Model {
             limits,
             mode: CongestionMode::Startup,
             bw: BwFilter::default(),
-            min_rtt: None,
+            min_rtt: NO_RTT,
             min_rtt_at: None,
             round: 0,
             round_ends_at: 0,
@@ -210,7 +214,7 @@ impl Model {
             window_before_probe_rtt: 0,
             round_acked: 0,
             round_lost: 0,
-            round_max_rtt: Duration::ZERO,
+            round_max_rtt: Nanos::default(),
             loss_cap: 0,
             severe_before: false,
             inflight_hi: None,
@@ -222,10 +226,15 @@ impl Model {
             resets: 0,
             window,
             pacing_rate: 0,
-            srtt: super::super::rtt::INITIAL_RTT,
+            srtt: Nanos::of(super::super::rtt::INITIAL_RTT),
         };
         m.set_pacing_rate();
         m
+    }
+
+    /// The minimum RTT, once sampled.
+    fn min_rtt(&self) -> Option<Duration> {
+        (self.min_rtt != NO_RTT).then(|| self.min_rtt.get())
     }
 
     pub(crate) fn window(&self) -> usize {
@@ -244,7 +253,7 @@ impl Model {
         CongestionStats {
             mode: self.mode,
             bandwidth: self.bandwidth(),
-            min_rtt: self.min_rtt.unwrap_or_default(),
+            min_rtt: self.min_rtt().unwrap_or_default(),
             pacing_rate: self.pacing_rate,
         }
     }
@@ -264,7 +273,7 @@ impl Model {
 
     /// Bandwidth times the minimum RTT (at least [`RTT_FLOOR`]), in bytes.
     fn bdp(&self) -> usize {
-        let rtt = self.min_rtt.unwrap_or(self.srtt).max(RTT_FLOOR);
+        let rtt = self.min_rtt().unwrap_or(self.srtt.get()).max(RTT_FLOOR);
         let bytes = u128::from(self.bandwidth()) * rtt.as_nanos() / 1_000_000_000;
         bytes.min(usize::MAX as u128) as usize
     }
@@ -273,7 +282,7 @@ impl Model {
         match self.mode {
             CongestionMode::Startup => STARTUP_GAIN,
             CongestionMode::Drain => DRAIN_GAIN,
-            CongestionMode::ProbeBandwidth => CYCLE.get(self.cycle).copied().unwrap_or(1.0),
+            CongestionMode::ProbeBandwidth => CYCLE.get(usize::from(self.cycle)).copied().unwrap_or(1.0),
             _ => 1.0,
         }
     }
@@ -287,7 +296,7 @@ impl Model {
         let bw = self.bandwidth();
         let rate = if bw == 0 {
             // No sample yet: the initial window over the RTT estimate, at Startup's gain.
-            let rtt = self.srtt.max(RTT_FLOOR);
+            let rtt = self.srtt.get().max(RTT_FLOOR);
             (self.limits.initial_window as f64 / rtt.as_secs_f64()) * STARTUP_GAIN
         } else {
             bw as f64 * self.pacing_gain() * self.loss_compensation()
@@ -295,7 +304,7 @@ impl Model {
         // Never slower than the minimum window per round trip: a sparse or lossy flow can
         // sample a tiny delivery rate (a lone frame resent after seconds), and pacing at it
         // would hold its next resend back for as long.
-        let floor = (MIN_WINDOW * self.limits.mtu) as f64 / self.srtt.max(RTT_FLOOR).as_secs_f64();
+        let floor = (MIN_WINDOW * self.limits.mtu) as f64 / self.srtt.get().max(RTT_FLOOR).as_secs_f64();
         let rate = rate.max(floor);
         let mut rate = if rate.is_finite() { rate.clamp(1.0, u64::MAX as f64) as u64 } else { u64::MAX };
         if self.limits.bandwidth > 0 {
@@ -341,7 +350,7 @@ impl Model {
 
     /// An acknowledgement acknowledged frames.
     pub(crate) fn on_ack(&mut self, now: Instant, ack: &AckEvent, path: Path) {
-        self.srtt = path.srtt;
+        self.srtt = Nanos::of(path.srtt);
         self.last_ack = Some(now);
         if self.silent {
             self.silent = false;
@@ -363,13 +372,13 @@ impl Model {
             self.bw.insert(self.round, rate);
         }
         if let Some(rtt) = ack.rtt {
-            self.round_max_rtt = self.round_max_rtt.max(rtt);
+            self.round_max_rtt = Nanos::of(self.round_max_rtt.get().max(rtt));
             let expired = self.min_rtt_at.is_none_or(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
-            if self.min_rtt.is_none_or(|m| rtt <= m) || (expired && self.mode != CongestionMode::ProbeRtt) {
-                if self.min_rtt.is_none_or(|m| rtt <= m) {
+            if self.min_rtt().is_none_or(|m| rtt <= m) || (expired && self.mode != CongestionMode::ProbeRtt) {
+                if self.min_rtt().is_none_or(|m| rtt <= m) {
                     self.min_rtt_at = Some(now);
                 }
-                self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| if expired { rtt } else { m.min(rtt) }));
+                self.min_rtt = Nanos::of(self.min_rtt().map_or(rtt, |m| if expired { rtt } else { m.min(rtt) }));
             }
         }
         if round_start && self.mode == CongestionMode::Startup {
@@ -382,7 +391,7 @@ impl Model {
 
     /// A frame of `bytes` bytes was considered dropped.
     pub(crate) fn on_drop(&mut self, now: Instant, bytes: usize, path: Path) {
-        self.srtt = path.srtt;
+        self.srtt = Nanos::of(path.srtt);
         self.round_lost += bytes as u64;
         let quiet = self.last_ack.is_none_or(|t| now.saturating_duration_since(t) >= 2 * path.rto);
         if quiet && !self.silent {
@@ -394,17 +403,17 @@ impl Model {
     /// The round that just ended: was it congested?
     fn end_round(&mut self) {
         let (acked, lost) = (self.round_acked, self.round_lost);
-        let max_rtt = self.round_max_rtt;
+        let max_rtt = self.round_max_rtt.get();
         self.round_acked = 0;
         self.round_lost = 0;
-        self.round_max_rtt = Duration::ZERO;
+        self.round_max_rtt = Nanos::default();
         let share = if lost == 0 { 0.0 } else { lost as f64 / (lost + acked) as f64 };
         // Below the timer granularity a queue cannot be seen (on loopback or a wired LAN a
         // buffer that overflows may add less delay than a millisecond step shows), so no
         // loss there can be told random: all of it counts as a queue's.
-        let blind = self.min_rtt.is_some_and(|m| m < QUEUE_VISIBLE);
+        let blind = self.min_rtt().is_some_and(|m| m < QUEUE_VISIBLE);
         let queue = blind
-            || self.min_rtt.is_some_and(|m| max_rtt.as_secs_f64() > m.max(RTT_FLOOR).as_secs_f64() * QUEUE_FACTOR);
+            || self.min_rtt().is_some_and(|m| max_rtt.as_secs_f64() > m.max(RTT_FLOOR).as_secs_f64() * QUEUE_FACTOR);
         // Without a round-trip sample there is no model to judge a loss against (the first
         // flight's losses may be nothing but a lost acknowledgement). With a queue, loss
         // beyond the path's known random loss is congestion; without one, only severe
@@ -413,10 +422,10 @@ impl Model {
         // whose first rounds are the fewest frames and the noisiest: an overshoot into a
         // buffer too shallow to show a queue stops the delivery rate growing, which ends
         // Startup within three rounds anyway.
-        let severe = share > SEVERE_LOSS && self.min_rtt.is_some() && self.mode != CongestionMode::Startup;
+        let severe = share > SEVERE_LOSS && self.min_rtt().is_some() && self.mode != CongestionMode::Startup;
         let sustained = severe && self.severe_before;
         self.severe_before = severe;
-        let congested = self.min_rtt.is_some() && ((queue && share > LOSS_THRESHOLD + self.random_loss) || sustained);
+        let congested = self.min_rtt().is_some() && ((queue && share > LOSS_THRESHOLD + self.random_loss) || sustained);
         // Only a round that measured its round trips against a minimum it can trust shows
         // that no queue was there: one with no sample (every acknowledgement for a resend)
         // or in ProbeRtt (whose minimum may be a queued sample taken when the old one
@@ -470,7 +479,7 @@ impl Model {
 
     fn advance_mode(&mut self, now: Instant, ack: &AckEvent) {
         let bdp = self.bdp();
-        let min_rtt = self.min_rtt.unwrap_or(self.srtt);
+        let min_rtt = self.min_rtt().unwrap_or(self.srtt.get());
         match self.mode {
             CongestionMode::Startup if self.full_bw_rounds >= FULL_BW_ROUNDS => self.mode = CongestionMode::Drain,
             CongestionMode::Drain if ack.in_flight <= bdp => self.enter_probe_bandwidth(now),
@@ -485,7 +494,7 @@ impl Model {
                     full
                 };
                 if next {
-                    self.cycle = (self.cycle + 1) % CYCLE.len();
+                    self.cycle = ((usize::from(self.cycle) + 1) % CYCLE.len()) as u8;
                     self.cycle_at = Some(now);
                 }
             }
@@ -527,7 +536,7 @@ impl Model {
         self.mode = CongestionMode::ProbeBandwidth;
         // Start in a cruising phase chosen by the round count, so that flows which
         // started apart do not probe in step.
-        self.cycle = 2 + (self.round as usize % (CYCLE.len() - 2));
+        self.cycle = (2 + (self.round as usize % (CYCLE.len() - 2))) as u8;
         self.cycle_at = Some(now);
     }
 }
