@@ -1,18 +1,39 @@
-//! The adapter over real UDP on loopback, with ephemeral ports, on tokio's current-thread
-//! and multi-thread runtimes: every test runs on both. Every test runs under a generous
-//! deadline instead of sleeps tuned to luck, so a loaded machine only makes them slower.
+//! The adapter over real UDP on loopback on tokio's current-thread and multi-thread
+//! runtimes: every scenario of the behaviour suite every runtime runs
+//! (porous-async/tests/common/loopback.rs) runs on both, under a generous deadline.
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use porous_tokio::{
-    ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, Peer, PeerState,
-    SendError, SendMode,
-};
-use tokio::net::UdpSocket;
+/// What the shared scenarios use, from this crate and this runtime.
+mod rt {
+    use std::future::Future;
+    use std::time::Duration;
+
+    pub(crate) use porous_tokio::{
+        ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, Peer, PeerState,
+        SendError, SendMode,
+    };
+    pub(crate) use tokio::net::UdpSocket;
+
+    /// Spawns `task` on the test's runtime; awaiting the result gives its output.
+    pub(crate) fn spawn<T: Send + 'static>(task: impl Future<Output = T> + Send + 'static) -> impl Future<Output = T> {
+        let handle = tokio::spawn(task);
+        async move { handle.await.expect("a spawned task panicked") }
+    }
+
+    /// Spawns `task` on the test's runtime and lets it run on its own.
+    pub(crate) fn spawn_detached(task: impl Future<Output = ()> + Send + 'static) {
+        drop(tokio::spawn(task));
+    }
+
+    pub(crate) async fn sleep(duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+}
+
+#[path = "../../porous-async/tests/common/loopback.rs"]
+mod scenarios;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -20,429 +41,14 @@ async fn within_deadline(test: impl Future<Output = ()>) {
     tokio::time::timeout(DEADLINE, test).await.expect("the test missed its deadline");
 }
 
-/// Spawns `task` on the test's runtime; awaiting the result gives its output.
-fn spawn<T: Send + 'static>(task: impl Future<Output = T> + Send + 'static) -> impl Future<Output = T> {
-    let handle = tokio::spawn(task);
-    async move { handle.await.expect("a spawned task panicked") }
-}
-
-async fn bind(config: &HostConfig) -> Host {
-    Host::bind("127.0.0.1:0", config.clone()).await.expect("bind")
-}
-
-/// A server and a client host, and the connection between them from each side:
-/// `(server, client, to_server, to_client)`.
-async fn pair(config: &HostConfig) -> (Host, Host, Peer, Peer) {
-    let server = bind(config).await;
-    let client = bind(config).await;
-    let accepting = spawn({
-        let server = server.clone();
-        async move { server.accept().await.expect("accept") }
-    });
-    let to_server = client.connect(server.local_addr()).await.expect("connect");
-    let to_client = accepting.await;
-    (server, client, to_server, to_client)
-}
-
-/// A payload that says where it belongs: channel, index, mode, then `len` filler bytes
-/// derived from the index.
-fn packet(channel: usize, index: u32, mode: SendMode, len: usize) -> Vec<u8> {
-    let mut p = vec![channel as u8, mode_byte(mode)];
-    p.extend_from_slice(&index.to_le_bytes());
-    p.extend((0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(index) as u8));
-    p
-}
-
-fn mode_byte(mode: SendMode) -> u8 {
-    match mode {
-        SendMode::Reliable => 0,
-        SendMode::Unreliable => 1,
-        SendMode::Passive => 2,
-    }
-}
-
-/// Checks a payload made by `packet` and returns its index and mode byte.
-fn check(channel: usize, data: &[u8]) -> (u32, u8) {
-    assert_eq!(data[0] as usize, channel, "packet on the wrong channel");
-    let index = u32::from_le_bytes(data[2..6].try_into().unwrap());
-    let filler = &data[6..];
-    assert!(
-        filler.iter().enumerate().all(|(i, &b)| b == (i as u32).wrapping_mul(31).wrapping_add(index) as u8),
-        "payload corrupted"
-    );
-    (index, data[1])
-}
-
-/// Polls `condition` until it holds; the test's deadline bounds the wait.
-async fn until(mut condition: impl FnMut() -> bool) {
-    while !condition() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-async fn connects_accepts_and_exchanges_packets_both_ways() {
-    let (server, client, to_server, to_client) = pair(&HostConfig::default()).await;
-    assert_eq!(to_server.remote(), server.local_addr());
-    assert_eq!(to_client.remote(), client.local_addr());
-    assert_eq!(to_server.stats().unwrap().state, PeerState::Connected);
-    assert_eq!(server.stats().accepted, 1);
-
-    to_server.send(1, &b"ping"[..], SendMode::Reliable).unwrap();
-    assert_eq!(to_client.recv().await.unwrap(), Packet::new(1, SendMode::Reliable, "ping"));
-    to_client.send(3, b"pong".to_vec(), SendMode::Reliable).unwrap();
-    assert_eq!(to_server.recv().await.unwrap(), Packet::new(3, SendMode::Reliable, "pong"));
-    assert_eq!(to_server.disconnect().await, DisconnectReason::Local);
-    assert_eq!(to_client.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
-}
-
-async fn errors_are_the_cores_own() {
-    let mut bad = HostConfig::default();
-    bad.max_peers = 0;
-    assert!(matches!(Host::bind("127.0.0.1:0", bad).await, Err(Error::Config(_))));
-
-    let (server, client, to_server, to_client) = pair(&HostConfig::default()).await;
-    let unspecified: SocketAddr = "0.0.0.0:4000".parse().unwrap();
-    assert!(matches!(client.connect(unspecified).await, Err(Error::Connect(ConnectError::InvalidAddress))));
-    let twice = client.connect(server.local_addr()).await;
-    assert!(matches!(twice, Err(Error::Connect(ConnectError::PeerExists(id))) if id == to_server.id()));
-
-    assert_eq!(
-        to_server.send(9, &b"x"[..], SendMode::Reliable),
-        Err(SendError::NoSuchChannel { channel: 9, channels: 4 })
-    );
-    let max = HostConfig::default().peer.max_packet_size;
-    assert_eq!(
-        to_server.send(0, vec![0; max + 1], SendMode::Reliable),
-        Err(SendError::TooLarge { size: max + 1, max })
-    );
-    to_server.disconnect_now();
-    assert_eq!(to_server.send(0, &b"x"[..], SendMode::Reliable), Err(SendError::NotConnected));
-    assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::Local)));
-    assert_eq!(to_client.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
-}
-
-async fn all_three_modes_on_several_channels_arrive_intact_in_order() {
-    const CHANNELS: usize = 4;
-    const PER_CHANNEL: u32 = 300;
-    const MODES: [SendMode; 3] = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive];
-    let (_server, _client, to_server, to_client) = pair(&HostConfig::default()).await;
-    let sender = spawn(async move {
-        for index in 0..=PER_CHANNEL {
-            for channel in 0..CHANNELS {
-                // The last packet of each channel is reliable: it marks the end.
-                let mode = if index == PER_CHANNEL { SendMode::Reliable } else { MODES[index as usize % 3] };
-                let data = packet(channel, index, mode, 20 + index as usize % 50);
-                while let Err(e) = to_server.send(channel, data.clone(), mode) {
-                    assert_eq!(e, SendError::QueueFull { channel });
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
-        }
-        to_server
-    });
-
-    let mut last = [None::<u32>; CHANNELS];
-    let mut reliable = [0u32; CHANNELS];
-    let mut others = 0;
-    while last.iter().any(|l| *l != Some(PER_CHANNEL)) {
-        let Packet { channel, data, mode: sent_as, .. } = to_client.recv().await.unwrap();
-        let (index, mode) = check(channel, &data);
-        assert!(last[channel].is_none_or(|l| index > l), "channel {channel}: {index} after {last:?}");
-        assert_eq!(mode, if index == PER_CHANNEL { 0 } else { mode_byte(MODES[index as usize % 3]) });
-        assert_eq!(mode_byte(sent_as), mode, "recv reports the mode the packet was sent with");
-        if mode == 0 {
-            assert_eq!(index, reliable[channel] * 3, "a reliable packet is missing on channel {channel}");
-            reliable[channel] += 1;
-        } else {
-            others += 1;
-        }
-        last[channel] = Some(index);
-    }
-    assert_eq!(reliable, [PER_CHANNEL / 3 + 1; CHANNELS]);
-    assert!(others > 0, "no unreliable or passive packet arrived");
-    drop(sender.await);
-}
-
-async fn large_packets_are_fragmented_and_reassembled() {
-    let config = HostConfig::default();
-    let max = config.peer.max_packet_size;
-    let (_server, _client, to_server, to_client) = pair(&config).await;
-    let sizes = [(0, max - 6, SendMode::Reliable), (1, 300_000, SendMode::Passive), (2, 65_536, SendMode::Reliable)];
-    for &(channel, len, mode) in &sizes {
-        to_server.send(channel, packet(channel, len as u32, mode, len), mode).unwrap();
-    }
-    let mut got = Vec::new();
-    for _ in &sizes {
-        let Packet { channel, data, .. } = to_client.recv().await.unwrap();
-        let (index, _) = check(channel, &data);
-        assert_eq!(data.len(), index as usize + 6);
-        got.push((channel, data.len()));
-    }
-    got.sort_unstable();
-    assert_eq!(got, sizes.iter().map(|&(c, len, _)| (c, len + 6)).collect::<Vec<_>>());
-    let stats = to_server.stats().unwrap();
-    assert!(stats.transfer.datagrams_sent as usize > (max + 300_000) / stats.mtu, "{stats:?}");
-}
-
-async fn disconnect_flushes_everything_sent_first() {
-    const COUNT: u32 = 1000;
-    let (_server, _client, to_server, to_client) = pair(&HostConfig::default()).await;
-    for index in 0..COUNT {
-        to_server
-            .send(index as usize % 4, packet(index as usize % 4, index, SendMode::Reliable, 1000), SendMode::Reliable)
-            .unwrap();
-    }
-    // Most of it is still queued: the congestion window opens over several round trips.
-    let disconnecting = spawn({
-        let to_server = to_server.clone();
-        async move { to_server.disconnect().await }
-    });
-    let mut next = [0u32; 4];
-    loop {
-        match to_client.recv().await {
-            Ok(Packet { channel, data, .. }) => {
-                assert_eq!(check(channel, &data).0, next[channel] * 4 + channel as u32);
-                next[channel] += 1;
-            }
-            Err(end) => {
-                assert_eq!(end, Disconnected(DisconnectReason::Remote { code: 0 }));
-                break;
-            }
-        }
-    }
-    assert_eq!(next, [COUNT / 4; 4], "every packet sent before disconnect() arrived");
-    assert_eq!(disconnecting.await, DisconnectReason::Local);
-    // NotConnected while the ended connection lingers in the core, UnknownPeer after.
-    let late = to_server.send(0, &b"late"[..], SendMode::Reliable);
-    assert!(matches!(late, Err(SendError::NotConnected | SendError::UnknownPeer)), "{late:?}");
-    assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::Local)));
-}
-
-/// A UDP relay between one client and `server` that forwards until `alive` is cleared,
-/// then goes silent.
-async fn relay(server: SocketAddr, alive: Arc<AtomicBool>) -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = socket.local_addr().unwrap();
-    // Detached: it ends with the test's runtime.
-    drop(tokio::spawn(async move {
-        let mut buf = vec![0; 65_536];
-        let mut client = None;
-        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
-            if !alive.load(Ordering::SeqCst) {
-                return;
-            }
-            let to = if from == server {
-                client
-            } else {
-                client = Some(from);
-                Some(server)
-            };
-            if let Some(to) = to {
-                let _ = socket.send_to(&buf[..n], to).await;
-            }
-        }
-    }));
-    addr
-}
-
-async fn a_silent_remote_times_out_on_both_sides() {
-    let mut config = HostConfig::default();
-    config.peer.timeout = Duration::from_secs(1);
-    let server = bind(&config).await;
-    let client = bind(&config).await;
-    let alive = Arc::new(AtomicBool::new(true));
-    let via = relay(server.local_addr(), Arc::clone(&alive)).await;
-
-    let to_server = client.connect(via).await.unwrap();
-    let to_client = server.accept().await.unwrap();
-    to_server.send(0, &b"through the relay"[..], SendMode::Reliable).unwrap();
-    assert_eq!(to_client.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "through the relay"));
-
-    alive.store(false, Ordering::SeqCst);
-    let silent = Instant::now();
-    assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::Timeout)));
-    assert_eq!(to_client.recv().await, Err(Disconnected(DisconnectReason::Timeout)));
-    // Allow for the last datagram heard a little before the relay went quiet.
-    assert!(silent.elapsed() >= Duration::from_millis(500), "timed out too early: {:?}", silent.elapsed());
-}
-
-async fn connecting_to_a_silent_address_times_out() {
-    let mut config = HostConfig::default();
-    config.peer.connect_timeout = Duration::from_secs(1);
-    let client = bind(&config).await;
-    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let result = client.connect(silent.local_addr().unwrap()).await;
-    assert!(matches!(result, Err(Error::Failed(DisconnectReason::Timeout))), "{result:?}");
-}
-
-async fn a_hundred_clients_on_one_server() {
-    const CLIENTS: usize = 100;
-    const PACKETS: usize = 10;
-    let config = HostConfig::default();
-    let server = bind(&config).await;
-    // Echo every packet on its channel.
-    let acceptor = spawn({
-        let server = server.clone();
-        async move {
-            let mut echoes = Vec::new();
-            for _ in 0..CLIENTS {
-                let peer = server.accept().await.unwrap();
-                echoes.push(spawn(async move {
-                    let mut echoed = 0;
-                    while let Ok(Packet { channel, data, .. }) = peer.recv().await {
-                        peer.send(channel, data, SendMode::Reliable).unwrap();
-                        echoed += 1;
-                    }
-                    echoed
-                }));
-            }
-            let mut total = 0;
-            for echo in echoes {
-                total += echo.await;
-            }
-            total
-        }
-    });
-
-    let addr = server.local_addr();
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| {
-            let config = config.clone();
-            spawn(async move {
-                let host = bind(&config).await;
-                let peer = host.connect(addr).await.unwrap();
-                for i in 0..PACKETS {
-                    peer.send(
-                        i % 4,
-                        packet(i % 4, (c * PACKETS + i) as u32, SendMode::Reliable, 100),
-                        SendMode::Reliable,
-                    )
-                    .unwrap();
-                }
-                let mut echoed = Vec::new();
-                for _ in 0..PACKETS {
-                    let Packet { channel, data, .. } = peer.recv().await.unwrap();
-                    let (index, _) = check(channel, &data);
-                    assert_eq!(index as usize % PACKETS % 4, channel);
-                    echoed.push(index as usize);
-                }
-                echoed.sort_unstable();
-                assert_eq!(echoed, (c * PACKETS..(c + 1) * PACKETS).collect::<Vec<_>>(), "client {c}");
-                assert_eq!(peer.disconnect().await, DisconnectReason::Local);
-            })
-        })
-        .collect();
-    for client in clients {
-        client.await;
-    }
-    assert_eq!(acceptor.await, CLIENTS * PACKETS);
-    assert_eq!(server.stats().accepted, CLIENTS as u64);
-}
-
-async fn a_slow_consumer_gets_backpressure_and_counted_drops() {
-    const UNRELIABLE: u32 = 2 * DELIVERY_QUEUE as u32;
-    const RELIABLE: u32 = 3 * DELIVERY_QUEUE as u32;
-    let (_server, _client, to_server, to_client) = pair(&HostConfig::default()).await;
-    // Fill the client's queue with unreliable packets it does not read.
-    for index in 0..UNRELIABLE {
-        to_server.send(1, packet(1, index, SendMode::Unreliable, 8), SendMode::Unreliable).unwrap();
-    }
-    until(|| to_client.delivery_stats().unreliable_dropped > 0).await;
-    // Reliable packets beyond the full queue are held, then the peer's datagrams deferred.
-    for index in 0..RELIABLE {
-        to_server.send(0, packet(0, index, SendMode::Reliable, 8), SendMode::Reliable).unwrap();
-    }
-    until(|| to_client.delivery_stats().datagrams_deferred > 0).await;
-    let stalled = to_client.delivery_stats();
-    assert_eq!(stalled.queued, DELIVERY_QUEUE);
-
-    // Now read it all: every reliable packet arrives, in order.
-    let (mut unreliable, mut reliable) = (0, 0);
-    while reliable < RELIABLE {
-        let Packet { channel, data, .. } = to_client.recv().await.unwrap();
-        let (index, _) = check(channel, &data);
-        if channel == 0 {
-            assert_eq!(index, reliable);
-            reliable += 1;
-        } else {
-            unreliable += 1;
-        }
-    }
-    let stats = to_client.delivery_stats();
-    assert!(unreliable >= DELIVERY_QUEUE as u32, "the queue was full of unreliable packets");
-    assert!(u64::from(unreliable) + stats.unreliable_dropped <= u64::from(UNRELIABLE));
-    assert!(stats.unreliable_dropped >= stalled.unreliable_dropped);
-}
-
-async fn dropping_handles_during_traffic_stops_the_driver() {
-    let (server, client, to_server, to_client) = pair(&HostConfig::default()).await;
-    drop(server);
-    // The server streams until its connection ends.
-    let streaming = spawn(async move {
-        let mut index = 0u32;
-        loop {
-            let mode = if index.is_multiple_of(2) { SendMode::Reliable } else { SendMode::Unreliable };
-            match to_client.send(0, packet(0, index, mode, 200), mode) {
-                Ok(()) => index += 1,
-                Err(SendError::QueueFull { .. }) => tokio::time::sleep(Duration::from_millis(1)).await,
-                Err(_) => break,
-            }
-            if index.is_multiple_of(16) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        }
-        to_client.recv().await
-    });
-
-    let mut last = None;
-    for _ in 0..100 {
-        let Packet { channel, data, .. } = to_server.recv().await.unwrap();
-        let (index, _) = check(channel, &data);
-        assert!(last.is_none_or(|l| index > l));
-        last = Some(index);
-    }
-    // A live Peer keeps the driver running without any Host handle.
-    let addr = client.local_addr();
-    drop(client);
-    for _ in 0..100 {
-        let Packet { channel, data, .. } = to_server.recv().await.unwrap();
-        let (index, _) = check(channel, &data);
-        assert!(last.is_none_or(|l| index > l));
-        last = Some(index);
-    }
-    // Dropping the last handle, with packets still arriving, ends the connection and the driver.
-    drop(to_server);
-    assert_eq!(streaming.await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
-    // The driver closed the socket: its port can be bound again.
-    until(|| std::net::UdpSocket::bind(addr).is_ok()).await;
-}
-
-async fn unaccepted_connections_end_once_no_host_handle_is_left() {
-    let config = HostConfig::default();
-    let server = bind(&config).await;
-    let addr = server.local_addr();
-    let (one, two, three) = (bind(&config).await, bind(&config).await, bind(&config).await);
-    let accepted = one.connect(addr).await.unwrap();
-    let on_server = server.accept().await.unwrap();
-    let queued = two.connect(addr).await.unwrap();
-    // The accepted Peer keeps the server's driver running without a Host handle.
-    drop(server);
-    assert_eq!(queued.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
-    let refused = three.connect(addr).await.unwrap();
-    assert_eq!(refused.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
-
-    accepted.send(0, &b"still here"[..], SendMode::Reliable).unwrap();
-    assert_eq!(on_server.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "still here"));
-}
-
-/// Every test, on tokio's current-thread runtime and on its multi-thread runtime.
+/// Every scenario, on tokio's current-thread runtime and on its multi-thread runtime.
 macro_rules! on_both_runtimes {
     ($($name:ident),* $(,)?) => {
         mod current_thread {
             $(
                 #[tokio::test(flavor = "current_thread")]
                 async fn $name() {
-                    super::within_deadline(super::$name()).await;
+                    super::within_deadline(super::scenarios::$name()).await;
                 }
             )*
         }
@@ -450,23 +56,11 @@ macro_rules! on_both_runtimes {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::within_deadline(super::$name()).await;
+                    super::within_deadline(super::scenarios::$name()).await;
                 }
             )*
         }
     };
 }
 
-on_both_runtimes!(
-    connects_accepts_and_exchanges_packets_both_ways,
-    errors_are_the_cores_own,
-    large_packets_are_fragmented_and_reassembled,
-    a_silent_remote_times_out_on_both_sides,
-    connecting_to_a_silent_address_times_out,
-    dropping_handles_during_traffic_stops_the_driver,
-    unaccepted_connections_end_once_no_host_handle_is_left,
-    all_three_modes_on_several_channels_arrive_intact_in_order,
-    disconnect_flushes_everything_sent_first,
-    a_hundred_clients_on_one_server,
-    a_slow_consumer_gets_backpressure_and_counted_drops,
-);
+scenarios::every_scenario!(on_both_runtimes);
