@@ -59,7 +59,7 @@ use crate::event::{DisconnectReason, Event, PeerId, SendError, SendMode};
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::token::VerifiedToken;
 use crate::wire::secure::SecretKey;
-use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, RefuseReason};
+use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, PlainKey, RefuseReason};
 pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
 pub(crate) use secure::SecureState;
@@ -124,7 +124,7 @@ pub(crate) struct Peer {
     remote_nonce: Option<u32>,
     /// The connection keys (sending, receiving), once the remote request is known: derived
     /// once, not per datagram.
-    keys: Option<(Key, Key)>,
+    keys: Option<(PlainKey, PlainKey)>,
     acked: bool,
     /// What only the handshake uses, boxed and dropped once connected: an active
     /// connection does not carry the room of its requests and connect data.
@@ -285,7 +285,7 @@ impl Peer {
     /// The keys of the connection's two directions (send, receive), once both nonces are
     /// known.
     fn keys(&self) -> Option<(Key, Key)> {
-        self.keys
+        self.keys.map(|(send, recv)| (send.key(), recv.key()))
     }
 
     /// The remote side's request is known: so are the connection keys.
@@ -294,7 +294,8 @@ impl Peer {
             h.remote_req = Some(r);
         }
         self.remote_nonce = Some(r.nonce);
-        self.keys = Some((Key::connection(self.local_nonce, r.nonce), Key::connection(r.nonce, self.local_nonce)));
+        self.keys =
+            Some((PlainKey::connection(self.local_nonce, r.nonce), PlainKey::connection(r.nonce, self.local_nonce)));
         if let Some(s) = &mut self.secure {
             s.connect(self.local_nonce, r.nonce);
         }
@@ -409,7 +410,8 @@ impl Peer {
     /// Sends a control datagram of the connection (`Disconnect`, `DisconnectAck`), once its
     /// keys exist.
     fn send_connection(&mut self, c: &Control<'_>, out: &mut Outputs) {
-        match (&mut self.secure, self.keys) {
+        let keys = self.keys();
+        match (&mut self.secure, keys) {
             (Some(s), _) => s.send_control(out, self.remote, c),
             (None, Some((key, _))) => out.control(self.remote, c, key),
             (None, None) => {}

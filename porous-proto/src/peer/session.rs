@@ -20,7 +20,7 @@ use crate::channel::{ChannelCounters, Channels};
 use crate::event::{SendError, SendMode};
 use crate::transfer::{Transfer, TransferConfig};
 use crate::wire::secure::{SEAL_EXTRA, SealedParts, SecretKey};
-use crate::wire::{ConnectRequest, Data, DecodeError, Expand, FixedRefs, Key, Message};
+use crate::wire::{ConnectRequest, Data, DecodeError, Expand, FixedRefs, Key, Message, PlainKey};
 
 /// How a received connection datagram is verified: with the plain check's key, or (secure
 /// mode) as the plaintext of a sealed datagram, with its parts, key and full counter.
@@ -50,7 +50,7 @@ pub(crate) struct Session {
     pub(crate) channels: Channels,
     /// The negotiated datagram size (the rest of the parameters went to the layers).
     pub(crate) mtu: usize,
-    send_key: Key,
+    send_key: PlainKey,
     /// The plain key of what arrives: the peer verifies with its own keys; fuzzing forges
     /// with this one (`Session::seal`).
     #[cfg(feature = "arbitrary")]
@@ -125,7 +125,7 @@ impl Session {
             transfer: Transfer::new(tc, local.frame_base, remote.frame_base),
             channels,
             mtu: params.mtu,
-            send_key: Key::connection(local.nonce, remote.nonce),
+            send_key: PlainKey::connection(local.nonce, remote.nonce),
             #[cfg(feature = "arbitrary")]
             recv_key: Key::connection(remote.nonce, local.nonce),
             unstamped: false,
@@ -204,7 +204,7 @@ impl Session {
             let out = arena.room(self.mtu);
             let key = match &sealing {
                 Some((key, counter)) => Key::sealed(*key, **counter),
-                None => self.send_key,
+                None => self.send_key.key(),
             };
             let Some(n) = self.transfer.poll_datagram(now, key, &self.channels, out) else { break };
             if let Some((_, counter)) = &mut sealing {

@@ -46,15 +46,42 @@ impl core::fmt::Debug for Key {
 
 const MATERIAL: [u8; 7] = [b'P', b'O', b'R', b'O', b'U', b'S', WIRE_VERSION];
 
+/// The plain key derived from `class` and `nonces`.
+fn crc_material(class: u8, nonces: &[u32]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&MATERIAL);
+    h.update(&[class]);
+    for n in nonces {
+        h.update(&n.to_le_bytes());
+    }
+    h.finalize()
+}
+
+/// A plain connection key in its four bytes, as a connection keeps it: a [`Key`] has room
+/// for a sealing key (48 bytes), and a peer keeps three plain ones for its whole life.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PlainKey(u32);
+
+impl PlainKey {
+    /// [`Key::connection`], kept small.
+    pub(crate) fn connection(sender_nonce: u32, receiver_nonce: u32) -> Self {
+        Self(crc_material(b'C', &[sender_nonce, receiver_nonce]))
+    }
+
+    pub(crate) fn key(self) -> Key {
+        Key(Inner::Crc(self.0))
+    }
+}
+
+impl core::fmt::Debug for PlainKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("PlainKey(..)")
+    }
+}
+
 impl Key {
     fn from_material(class: u8, nonces: &[u32]) -> Self {
-        let mut h = crc32fast::Hasher::new();
-        h.update(&MATERIAL);
-        h.update(&[class]);
-        for n in nonces {
-            h.update(&n.to_le_bytes());
-        }
-        Self(Inner::Crc(h.finalize()))
+        Self(Inner::Crc(crc_material(class, nonces)))
     }
 
     /// Secure mode: a connection datagram sealed with `key` as the sender's datagram number

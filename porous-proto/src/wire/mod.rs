@@ -20,6 +20,7 @@ mod message;
 pub mod secure;
 
 pub use check::Key;
+pub(crate) use check::PlainKey;
 pub use control::{
     COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, MAX_REQUEST, REQUEST_OVERHEAD_MAX,
     REQUEST_SIZE, RefuseReason, UNORDERED_MAX,
