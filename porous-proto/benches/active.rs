@@ -21,7 +21,7 @@
 
 use std::alloc::System;
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -86,25 +86,9 @@ fn sizes() -> Vec<usize> {
     if std::env::args().any(|a| a == "--bench") { vec![100, 1_000, 10_000, 20_000] } else { vec![20, 40] }
 }
 
-const CLIENT_BASE: u32 = u32::from_be_bytes([10, 1, 0, 0]);
-const ALIAS_BASE: u32 = u32::from_be_bytes([10, 2, 0, 0]);
-
-/// Where the server sees client `i`.
-fn client_addr(i: usize) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(CLIENT_BASE + i as u32), 7000))
-}
-
-/// Where client `i` sees the server.
-fn alias(i: usize) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ALIAS_BASE + i as u32), 7000))
-}
-
-fn index(addr: SocketAddr, base: u32) -> usize {
-    match addr {
-        SocketAddr::V4(a) => (u32::from(*a.ip()) - base) as usize,
-        SocketAddr::V6(_) => unreachable!("the harness only uses IPv4"),
-    }
-}
+#[path = "support/addresses.rs"]
+mod addresses;
+use addresses::{ALIAS_BASE, CLIENT_BASE, alias, client_addr, index};
 
 /// Datagrams and bytes that crossed one way.
 #[derive(Clone, Copy, Debug, Default)]

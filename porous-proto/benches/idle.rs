@@ -30,7 +30,7 @@
 
 use std::alloc::System;
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -57,25 +57,9 @@ fn config() -> HostConfig {
     c
 }
 
-const CLIENT_BASE: u32 = u32::from_be_bytes([10, 1, 0, 0]);
-const ALIAS_BASE: u32 = u32::from_be_bytes([10, 2, 0, 0]);
-
-/// Where the server sees client `i`.
-fn client_addr(i: usize) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(CLIENT_BASE + i as u32), 7000))
-}
-
-/// Where client `i` sees the server.
-fn alias(i: usize) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ALIAS_BASE + i as u32), 7000))
-}
-
-fn index(addr: SocketAddr, base: u32) -> usize {
-    match addr {
-        SocketAddr::V4(a) => (u32::from(*a.ip()) - base) as usize,
-        SocketAddr::V6(_) => unreachable!("the harness only uses IPv4"),
-    }
-}
+#[path = "support/addresses.rs"]
+mod addresses;
+use addresses::{ALIAS_BASE, CLIENT_BASE, alias, client_addr, index};
 
 /// A server with `n` idle clients, emulated by one client host.
 struct Idle {

@@ -354,20 +354,6 @@ fn connect_data(req: &ConnectRequest) -> Vec<u8> {
     req.nonce.to_le_bytes().into_iter().cycle().take(len).collect()
 }
 
-/// A reply as a stranger keeps it: replies carry no connect data, so nothing is lost.
-fn kept(c: Control<'_>) -> Control<'static> {
-    match c {
-        Control::Request { request, .. } => Control::request(request),
-        Control::RequestAck(r) => Control::RequestAck(r),
-        Control::Ack => Control::Ack,
-        Control::AckOther { acked } => Control::AckOther { acked },
-        Control::Refuse(r) => Control::Refuse(r),
-        Control::Challenge(c) => Control::Challenge(c),
-        Control::Disconnect { code } => Control::Disconnect { code },
-        Control::DisconnectAck => Control::DisconnectAck,
-    }
-}
-
 /// What one side has sent on one connection, for checking what the other delivers.
 #[derive(Debug, Default)]
 struct Book {
@@ -875,7 +861,7 @@ impl World {
                 (Some((t, _)), Some(req)) if self.secure.is_some() => {
                     sealed::open_reply(&payload, &t.keys().1.derive(Use::Reply, req.nonce, 0)).ok()
                 }
-                (_, Some(req)) => Control::decode(&payload, Key::reply(req.nonce)).ok().map(kept),
+                (_, Some(req)) => Control::decode(&payload, Key::reply(req.nonce)).ok().map(Control::without_data),
                 _ => None,
             };
             if let Some(c) = reply {

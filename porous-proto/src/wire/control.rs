@@ -217,6 +217,21 @@ impl<'a> Control<'a> {
         Self::Request { request, data: &[] }
     }
 
+    /// The same datagram borrowing nothing: a request loses its connect data (the only
+    /// part that borrows).
+    pub fn without_data(self) -> Control<'static> {
+        match self {
+            Self::Request { request, .. } => Control::request(request),
+            Self::RequestAck(r) => Control::RequestAck(r),
+            Self::Ack => Control::Ack,
+            Self::AckOther { acked } => Control::AckOther { acked },
+            Self::Refuse(r) => Control::Refuse(r),
+            Self::Challenge(c) => Control::Challenge(c),
+            Self::Disconnect { code } => Control::Disconnect { code },
+            Self::DisconnectAck => Control::DisconnectAck,
+        }
+    }
+
     /// Writes the body (what follows the type byte). With `pad_from` (where the datagram
     /// began), requests are padded as plain mode pads them; secure mode's sealed requests
     /// and replies are not (`wire::secure`).

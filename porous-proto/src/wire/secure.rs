@@ -395,16 +395,10 @@ pub(crate) fn open_sealed_control(
 
 /// A decoded control datagram that borrows nothing (every type but a request).
 fn owned(c: Control<'_>) -> Result<Control<'static>, DecodeError> {
-    Ok(match c {
-        Control::Request { .. } => return Err(DecodeError::UnknownType(T_REQUEST)),
-        Control::RequestAck(r) => Control::RequestAck(r),
-        Control::Ack => Control::Ack,
-        Control::AckOther { acked } => Control::AckOther { acked },
-        Control::Refuse(r) => Control::Refuse(r),
-        Control::Challenge(c) => Control::Challenge(c),
-        Control::Disconnect { code } => Control::Disconnect { code },
-        Control::DisconnectAck => Control::DisconnectAck,
-    })
+    match c {
+        Control::Request { .. } => Err(DecodeError::UnknownType(T_REQUEST)),
+        c => Ok(c.without_data()),
+    }
 }
 
 // ---- reply layout ----------------------------------------------------------------------
