@@ -5,14 +5,16 @@
 //! the receive window `[i_b - N_P, i_b + N_P)` (equation (2)) and advances `i_b` to `k + 1`
 //! when it lies in `[i_b, i_b + N_P)` (equation (3)).
 //!
-//! Acknowledgements are *delayed* when this side sends frames at a steady rhythm (a game's
-//! tick): one that would go alone waits for the next frame expected from this side, up to
-//! [`MAX_ACK_DELAY`], so a connection with data both ways costs one datagram per tick, not
-//! two ([`Cadence`]). A side that sends no frames of its own acknowledges at once, as does
-//! any side when two frames wait for an acknowledgement (a sender's flight keeps moving)
-//! or a frame arrived out of order or again (a sender waiting to learn of a loss, or one
-//! whose acknowledgements were lost). The acknowledgement says how long its newest frame
-//! was held, so the sender's round-trip samples stay exact.
+//! Acknowledgements are *delayed* while a ride is expected soon: one that would go alone
+//! waits for the next frame expected from this side (a game's tick), so a connection with
+//! data both ways costs one datagram per tick, not two ([`Cadence`]); and while the peer's
+//! frames arrive at a steady rhythm (a tick, not a bulk flow: [`MIN_RHYTHM_GAP`]), for its
+//! next frame, so a one-way stream is acknowledged every second frame, not every frame. Either wait ends by
+//! [`MAX_ACK_DELAY`]. A side with neither rhythm acknowledges at once, as does any side
+//! when two frames wait for an acknowledgement (a sender's flight keeps moving) or a frame
+//! arrived out of order or again (a sender waiting to learn of a loss, or one whose
+//! acknowledgements were lost). The acknowledgement says how long its newest frame was
+//! held, so the sender's round-trip samples stay exact.
 //!
 //! Received ids are kept as ranges, newest first. Each range is repeated in the next
 //! [`ACK_REPEATS`] ack sections after it last grew, so one lost acknowledgement costs no
@@ -31,6 +33,12 @@ use crate::wire::{ACK_DELAY_UNIT, AckRange};
 /// The longest an acknowledgement waits for a ride: a 50 Hz tick and a quarter, as
 /// QUIC's default.
 pub(crate) const MAX_ACK_DELAY: Duration = Duration::from_millis(25);
+
+/// The shortest gap between the peer's frames worth waiting for: a faster stream is a
+/// bulk flow (more than 250 frames a second), which the two-frame rule already
+/// acknowledges in pairs and whose sender's loss detection and controller are best
+/// served by acknowledgements at once.
+pub(crate) const MIN_RHYTHM_GAP: Duration = Duration::from_millis(4);
 
 /// This side's rhythm of sending frames, which tells how long an acknowledgement owed can
 /// wait for the next one: only while a frame is expected soon. Waiting on a side that
@@ -59,18 +67,41 @@ impl Cadence {
         self.last = Some(now);
     }
 
-    /// The latest something owed since `since` waits for this side's next frame: a
-    /// quarter of a gap after it is expected, if that is within [`MAX_ACK_DELAY`];
-    /// otherwise (no rhythm, too slow a one, or a frame overdue) `since` itself.
-    pub(crate) fn ride_by(&self, since: Instant) -> Instant {
-        match self.last {
-            Some(last) if !self.gap.get().is_zero() && self.gap.get() <= MAX_ACK_DELAY => {
-                let gap = self.gap.get();
-                let expected = last + gap + gap / 4;
-                if expected < since { since } else { expected.min(since + MAX_ACK_DELAY) }
-            }
-            _ => since,
+    /// When this side last sent a frame.
+    pub(crate) fn last(&self) -> Option<Instant> {
+        self.last
+    }
+
+    /// When this side's next frame is expected, a quarter of a gap late, if it keeps a
+    /// rhythm of at most [`MAX_ACK_DELAY`].
+    fn expected(&self) -> Option<Instant> {
+        let (last, gap) = (self.last?, self.gap.get());
+        (!gap.is_zero() && gap <= MAX_ACK_DELAY).then(|| last + gap + gap / 4)
+    }
+
+    /// How long the peer may hold an acknowledgement waiting for this side's next frame
+    /// (its receiver waits for our rhythm as we wait for its): the resend timer allows
+    /// for it, or the first of every two frames of a one-way stream would time out.
+    pub(crate) fn peer_wait(&self) -> Duration {
+        // Half the peer's threshold: a gap near it may be measured above it there.
+        let gap = self.gap.get();
+        if gap < MIN_RHYTHM_GAP / 2 || gap > MAX_ACK_DELAY {
+            Duration::ZERO
+        } else {
+            (gap + gap / 4).min(MAX_ACK_DELAY)
         }
+    }
+
+    /// The latest something owed since `since` waits for a ride: the first not overdue
+    /// of this side's next frame and `also` (another moment a ride is expected), capped
+    /// at [`MAX_ACK_DELAY`] after `since`; `since` itself when none is expected.
+    pub(crate) fn ride_by(&self, since: Instant, also: Option<Instant>) -> Instant {
+        [self.expected(), also]
+            .into_iter()
+            .flatten()
+            .filter(|&t| t >= since)
+            .min()
+            .map_or(since, |t| t.min(since + MAX_ACK_DELAY))
     }
 }
 
@@ -99,7 +130,11 @@ pub(crate) struct Receiver {
     /// A frame arrived since the last ack section: an acknowledgement is due.
     fresh: bool,
     /// Frames recorded since the last ack section.
-    unacked: u32,
+    unacked: u16,
+    /// Smoothed time between the arrivals of new frames, in microseconds (at most
+    /// `2 * MAX_ACK_DELAY`; 0 while unknown): the peer's rhythm, which tells whether its
+    /// next frame is worth waiting for. Four bytes, so the receiver stays as small.
+    arrival_gap_us: u32,
     /// A frame arrived out of order, or again, since the last ack section.
     reordered: bool,
     /// When the oldest frame the next acknowledgement covers arrived.
@@ -116,6 +151,7 @@ impl Receiver {
             ranges: VecDeque::new(),
             fresh: false,
             unacked: 0,
+            arrival_gap_us: 0,
             reordered: false,
             held_since: None,
             newest_at: None,
@@ -153,6 +189,9 @@ impl Receiver {
             // of soon (the skipped ids a sender consumes on purpose look the same, rarely).
             self.reordered |= k != self.i_b && self.newest_at.is_some();
             self.i_b = s.add(k, 1);
+            if let Some(prev) = self.newest_at {
+                self.observe_gap(now.saturating_duration_since(prev));
+            }
             self.newest_at = Some(now);
         } else {
             // Older: a gap filled late, or a frame received again.
@@ -163,6 +202,25 @@ impl Receiver {
         self.held_since.get_or_insert(now);
         self.insert(k);
         self.trim();
+    }
+
+    /// Folds the time since the previous new frame into the peer's rhythm. Frames that
+    /// arrive together count once, and a pause as at most a couple of waits, so a rhythm
+    /// is found again within a few frames of the peer resuming.
+    fn observe_gap(&mut self, gap: Duration) {
+        let us = u32::try_from(gap.min(2 * MAX_ACK_DELAY).as_micros()).unwrap_or(u32::MAX);
+        if us > 0 {
+            let old = self.arrival_gap_us;
+            self.arrival_gap_us = if old == 0 { us } else { (old * 7 + us) / 8 };
+        }
+    }
+
+    /// When the peer's next frame is expected, a quarter of a gap late, if its frames
+    /// arrive at a rhythm between [`MIN_RHYTHM_GAP`] and [`MAX_ACK_DELAY`].
+    pub(crate) fn next_arrival(&self) -> Option<Instant> {
+        let gap = Duration::from_micros(u64::from(self.arrival_gap_us));
+        let last = self.newest_at?;
+        (MIN_RHYTHM_GAP..=MAX_ACK_DELAY).contains(&gap).then(|| last + gap + gap / 4)
     }
 
     /// Age of `id` relative to the newest id received: 0 for the newest.
@@ -245,7 +303,7 @@ impl Receiver {
 
     /// Whether a due acknowledgement must go now, alone if nothing else goes: two frames
     /// wait for it, one arrived out of order or again, or it has waited as long as
-    /// this side's `cadence` allows.
+    /// this side's `cadence` and the peer's rhythm allow.
     pub(crate) fn ack_urgent(&self, now: Instant, cadence: &Cadence) -> bool {
         self.ack_deadline(cadence).is_some_and(|t| now >= t)
     }
@@ -253,7 +311,9 @@ impl Receiver {
     /// When a due acknowledgement stops waiting for a ride.
     pub(crate) fn ack_deadline(&self, cadence: &Cadence) -> Option<Instant> {
         let since = self.held_since.filter(|_| self.ack_due())?;
-        Some(if self.unacked >= 2 || self.reordered { since } else { cadence.ride_by(since) })
+        // Waiting for the peer's next frame ends in an acknowledgement of two frames, sent
+        // at once when that frame arrives.
+        Some(if self.unacked >= 2 || self.reordered { since } else { cadence.ride_by(since, self.next_arrival()) })
     }
 
     /// How long ago the newest frame arrived, at `now`, in [`ACK_DELAY_UNIT`]s: the hold
@@ -420,5 +480,79 @@ mod tests {
             big.record(k, Instant::now());
         }
         assert_eq!(ranges(&big).len(), MAX_RANGES);
+    }
+
+    #[test]
+    fn a_steady_one_way_stream_is_acknowledged_every_second_frame() {
+        // A side that sends nothing of its own, receiving a frame every 16 ms.
+        let (t, ms) = (Instant::now(), Duration::from_millis(1));
+        let own = Cadence::default();
+        let mut r = Receiver::new(0, 65_536);
+        let mut acks = 0;
+        for k in 0..60u32 {
+            let now = t + 16 * k * ms;
+            r.record(k, now);
+            let deadline = r.ack_deadline(&own).unwrap();
+            if k >= 4 && k % 2 == 1 {
+                assert!(deadline <= now, "frame {k}: the second of two is acknowledged at once");
+            } else if k >= 4 {
+                // Held for the next frame (due a quarter gap late), within MAX_ACK_DELAY.
+                assert!(deadline > now + 16 * ms && deadline <= now + MAX_ACK_DELAY, "frame {k}");
+            }
+            if k < 4 || deadline <= now {
+                r.sent(ranges(&r).len());
+                acks += 1;
+            }
+        }
+        assert!(acks <= 60 / 2 + 4, "{acks} acknowledgements for 60 frames");
+        // The peer falls silent: the held frame is acknowledged by MAX_ACK_DELAY at the latest.
+        assert!(r.ack_deadline(&own).is_none_or(|d| d <= t + 16 * 59 * ms + MAX_ACK_DELAY));
+    }
+
+    #[test]
+    fn a_frame_after_silence_or_a_gap_is_acknowledged_at_once() {
+        let (t, ms) = (Instant::now(), Duration::from_millis(1));
+        let own = Cadence::default();
+        let mut r = Receiver::new(0, 65_536);
+        // Frames 100 ms apart: no rhythm worth waiting for.
+        for k in 0..5u32 {
+            let now = t + 100 * k * ms;
+            r.record(k, now);
+            assert_eq!(r.ack_deadline(&own), Some(now), "frame {k}");
+            r.sent(ranges(&r).len());
+        }
+        // A bulk flow's frames, 1 ms apart: no wait for the next (the sender's flight and
+        // loss detection want every acknowledgement at once).
+        let mut bulk = Receiver::new(0, 65_536);
+        for k in 0..20u32 {
+            let now = t + k * ms;
+            bulk.record(k, now);
+            assert_eq!(bulk.ack_deadline(&own), Some(now), "frame {k}");
+            bulk.sent(ranges(&bulk).len());
+        }
+        // A steady stream whose next frame skips an id (a loss): at once.
+        let mut q = Receiver::new(0, 65_536);
+        for k in 0..6u32 {
+            q.record(k, t + 16 * k * ms);
+            q.sent(ranges(&q).len());
+        }
+        q.record(7, t + 16 * 7 * ms);
+        assert_eq!(q.ack_deadline(&own), Some(t + 16 * 7 * ms));
+    }
+
+    #[test]
+    fn the_peer_wait_covers_the_hold_for_this_sides_next_frame() {
+        let (t, ms) = (Instant::now(), Duration::from_millis(1));
+        let mut c = Cadence::default();
+        assert_eq!(c.peer_wait(), Duration::ZERO, "no rhythm, no wait");
+        for i in 0..20u32 {
+            c.on_frame_sent(t + 16 * i * ms);
+        }
+        assert_eq!(c.peer_wait(), 20 * ms, "a gap and a quarter");
+        let mut slow = Cadence::default();
+        for i in 0..20u32 {
+            slow.on_frame_sent(t + 40 * i * ms);
+        }
+        assert_eq!(slow.peer_wait(), Duration::ZERO, "a rhythm slower than MAX_ACK_DELAY is not waited for");
     }
 }

@@ -212,7 +212,7 @@ impl Transfer {
     }
 
     fn path(&self) -> Path {
-        Path { srtt: self.rtt.srtt(), rto: self.rtt.rto() }
+        Path { srtt: self.rtt.srtt(), rto: self.rto() }
     }
 
     // ---- sending -------------------------------------------------------------------
@@ -807,9 +807,9 @@ impl Transfer {
     /// When loss detection must run next: the RTO of the oldest transmission in flight,
     /// or the end of its reordering window once a later one was acknowledged.
     pub(crate) fn loss_deadline(&self) -> Option<Instant> {
-        self.inflight.oldest_send().map(|(t, overtaken)| {
-            t + if overtaken { self.rtt.rto().min(self.reorder_window()) } else { self.rtt.rto() }
-        })
+        self.inflight
+            .oldest_send()
+            .map(|(t, overtaken)| t + if overtaken { self.rto().min(self.reorder_window()) } else { self.rto() })
     }
 
     /// When the keepalive goes out if nothing else has.
@@ -860,8 +860,18 @@ impl Transfer {
         self.rtt.rttvar()
     }
 
+    /// The resend timeout: the estimator's, allowing for a peer that sends no frames of
+    /// its own holding an acknowledgement for this side's next frame (the second of two
+    /// frames is acknowledged at once, so the hold it reports is not the first one's). A
+    /// peer that keeps a rhythm of its own holds for its own frames and reports those
+    /// holds, which the estimator already allows for: adding ours to its would only
+    /// slow its loss recovery.
     pub(crate) fn rto(&self) -> Duration {
-        self.rtt.rto()
+        let peer_rides_own = self
+            .receiver
+            .next_arrival()
+            .is_some_and(|t| self.cadence.last().is_none_or(|l| t + acks::MAX_ACK_DELAY >= l));
+        self.rtt.rto_with_hold(if peer_rides_own { Duration::ZERO } else { self.cadence.peer_wait() })
     }
 
     pub(crate) fn latest_rtt(&self) -> Duration {

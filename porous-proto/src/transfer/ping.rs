@@ -95,7 +95,10 @@ impl Ping {
     /// When the echo owed stops waiting for a ride, given this side's `cadence`.
     pub(crate) fn echo_deadline(&self, cadence: &Cadence) -> Option<Instant> {
         let since = self.echo_since.filter(|_| self.echo.is_some())?;
-        Some(if self.echo_waits { cadence.ride_by(since) } else { since })
+        // An echo waits for this side's frames only: one that waited for the peer's next
+        // frame would go with an acknowledgement whose delay field times that frame's
+        // hold, not the ping's, and its sample would be a frame's gap too long.
+        Some(if self.echo_waits { cadence.ride_by(since, None) } else { since })
     }
 
     /// The echo to send, if one is owed.

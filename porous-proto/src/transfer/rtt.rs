@@ -128,8 +128,15 @@ impl Rtt {
         self.rttvar.get()
     }
 
+    #[cfg(test)]
     pub(crate) fn rto(&self) -> Duration {
         self.rto.get()
+    }
+
+    /// The RTO allowing for a peer's hold of at least `hold` (the hold it reported
+    /// lately counts already).
+    pub(crate) fn rto_with_hold(&self, hold: Duration) -> Duration {
+        self.rto.get() + hold.min(MAX_ACK_DELAY).saturating_sub(self.peer_hold.get())
     }
 
     /// The smallest round trip sampled, if any.

@@ -409,3 +409,45 @@ fn keepalive_pings_keep_their_interval_however_long_the_round_trip() {
     flush(&mut b, t0, key);
     assert_eq!(b.ping_period(true), MIN_PING_PERIOD, "never more often than the floor");
 }
+
+#[test]
+fn a_one_way_stream_is_acknowledged_every_second_frame_without_spurious_resends() {
+    // A client sends a reliable input every 16 ms and hears nothing but acknowledgements:
+    // the receiver waits for the next input to acknowledge two at once, and the sender's
+    // resend timer allows for that wait (no frame counts as lost on a lossless link).
+    let t0 = Instant::now();
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut a = Transfer::new(cfg(1200), 0, 0);
+    let mut b = Transfer::new(cfg(1200), 0, 0);
+    let mut ab = Link::new(25 * MS, 0.0, 1);
+    let mut ba = Link::new(25 * MS, 0.0, 2);
+    let mut acks = 0u32;
+    for step in 0..2_200u32 {
+        let now = t0 + step * MS;
+        if step < 2_000 && step.is_multiple_of(16) {
+            a.enqueue(Priority::High, message(0, step / 16, SendMode::Reliable, 50));
+        }
+        for d in ab.due(now) {
+            deliver(&mut b, now, kab, &d);
+        }
+        for d in ba.due(now) {
+            deliver(&mut a, now, kba, &d);
+        }
+        for (t, link, key, count) in [(&mut a, &mut ab, kab, None), (&mut b, &mut ba, kba, Some(&mut acks))] {
+            t.set_step_interval(MS);
+            t.on_timeout(now);
+            let datagrams = flush(t, now, key);
+            if let Some(c) = count {
+                *c += datagrams.len() as u32;
+            }
+            for d in datagrams {
+                link.send(now, d);
+            }
+        }
+    }
+    let s = a.stats();
+    assert!(s.frames_sent >= 125, "{s:?}");
+    assert!(u64::from(acks) <= s.frames_sent * 6 / 10, "{acks} acknowledgements for {} frames", s.frames_sent);
+    assert_eq!((s.frames_lost, s.frames_resent), (0, 0), "no resend on a lossless link: {s:?}");
+    assert!(a.is_idle(), "everything acknowledged");
+}
