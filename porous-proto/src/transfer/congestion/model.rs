@@ -22,7 +22,9 @@
 //!   the path's real RTT. Half, as BBRv2, not BBRv1's four datagrams: under random loss the
 //!   resends of a full flight then go out in a round trip or two instead of four a round
 //!   trip (0.4 s of near silence at 5% loss), and the bandwidth filter does not age
-//!   across it; the window it began with is restored at its end.
+//!   across it; the window it began with is restored at its end. An application-limited
+//!   flow (a game's ticks) skips it: it keeps no queue of its own, so the round trips it
+//!   samples are the path's, and the newest of them becomes the minimum.
 //!
 //! Loss: per round trip, the share of bytes lost. A round that loses more than
 //! [`LOSS_THRESHOLD`] beyond the path's random loss while its round trips ran more than a
@@ -187,6 +189,9 @@ pub(crate) struct Model {
     /// since for two RTOs with frames being lost.
     last_ack: Option<Instant>,
     silent: bool,
+    /// The latest delivery sample was application-limited: the flow sends less than the
+    /// path carries, so it keeps no queue of its own and its round trips show the path's.
+    app_limited: bool,
     resets: u64,
     window: usize,
     pacing_rate: u64,
@@ -223,6 +228,7 @@ impl Model {
             random_loss: 0.0,
             last_ack: None,
             silent: false,
+            app_limited: false,
             resets: 0,
             window,
             pacing_rate: 0,
@@ -365,6 +371,9 @@ impl Model {
         }
         self.round_acked = self.round_acked.saturating_add(ack.acked as u64);
         self.round_max_flight = self.round_max_flight.max(ack.in_flight.saturating_add(ack.acked));
+        if let Some(s) = ack.sample {
+            self.app_limited = s.app_limited;
+        }
         if let Some(s) = ack.sample
             && let Some(rate) = s.rate
             && ((!s.app_limited && self.mode != CongestionMode::ProbeRtt) || rate >= self.bw.max())
@@ -523,7 +532,14 @@ impl Model {
             _ => {}
         }
         let stale = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
-        if stale && self.mode != CongestionMode::ProbeRtt {
+        if stale && self.app_limited && self.mode == CongestionMode::ProbeBandwidth {
+            // A flow sending less than the path carries (a game's ticks) keeps no queue
+            // of its own to drain: its round trips already show the path's, and the
+            // minimum just taken from them stands. Holding its flight to half the BDP
+            // would only queue its ticks behind the pacer: on a 600 ms path, 0.8 s of
+            // them every 10 s (inputs 0.8 s late, states expired).
+            self.min_rtt_at = Some(now);
+        } else if stale && self.mode != CongestionMode::ProbeRtt {
             self.before_probe_rtt = self.mode;
             self.probe_rtt_from = self.round;
             self.window_before_probe_rtt = self.window;
@@ -709,6 +725,36 @@ mod tests {
         // Eleven seconds of round trips above the minimum: ProbeRtt.
         drive(&mut m, &mut t, 10_000_000, 60 * MS, 190, 0.0, 60 * MS);
         assert!(m.stats().mode == CongestionMode::ProbeRtt || m.stats().min_rtt == 60 * MS, "{:?}", m.stats());
+    }
+
+    #[test]
+    fn an_application_limited_flow_is_not_held_down_to_probe_the_rtt() {
+        // A game on a 600 ms path with 20 ms of jitter: its ticks fill the flight the
+        // model allows, never more, and its samples rarely match the first minimum.
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 20_000, 600 * MS, 10, 0.0, 600 * MS);
+        let window = m.window();
+        for round in 0..40u32 {
+            t += 600 * MS;
+            let acked = 12_000;
+            let delivered = m.round_ends_at.saturating_add(acked as u64);
+            let sample = RateSample { rate: Some(20_000), app_limited: true, prior_delivered: m.round_ends_at };
+            let rtt = (610 + round % 3 * 5) * MS;
+            let ack =
+                AckEvent { acked, sample: Some(sample), rtt: Some(rtt), in_flight: acked, delivered, spurious: 0 };
+            m.on_ack(t, &ack, path());
+            assert_ne!(m.stats().mode, CongestionMode::ProbeRtt, "round {round}");
+            assert!(m.window() >= window, "round {round}: {} < {window}", m.window());
+        }
+        // Past the 10 s window, the minimum is one the flow saw lately.
+        assert!(m.stats().min_rtt >= 610 * MS, "{:?}", m.stats());
+        // The same path with the flow sending all it may: probed as before.
+        let mut busy = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut busy, &mut t, 20_000, 600 * MS, 10, 0.0, 600 * MS);
+        drive(&mut busy, &mut t, 20_000, 600 * MS, 20, 0.0, 610 * MS);
+        assert_eq!(busy.stats().mode, CongestionMode::ProbeRtt);
     }
 
     #[test]
