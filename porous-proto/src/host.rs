@@ -36,7 +36,6 @@ use siphasher::sip::SipHasher13;
 use crate::arena::Arena;
 use crate::config::{ConfigError, HostConfig, SequenceStart};
 use crate::event::{AdmissionError, ConnectError, Event, PeerId, SendError, SendMode, Transmit};
-use crate::limits::span_limit;
 use crate::listener::{Admitted, Listener, Refused, Verdict};
 use crate::peer::{self, Outputs, Peer, SecureState, Settings};
 use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
@@ -152,10 +151,26 @@ struct Slot {
     /// Boxed: a slot is small, so the slot vector's doubling wastes little, and a peer
     /// never moves when it grows.
     peer: Option<Box<Peer>>,
-    /// The deadline this slot is filed under in the timer heap (see [`Deadlines`]).
-    scheduled: Option<u64>,
+    /// The deadline this slot is filed under in the timer heap (see [`Deadlines`]), if
+    /// `filed`: an `Option<u64>` in two fields, so that its flag shares the word of
+    /// `generation` and a slot is 24 bytes, not 32 (slots grow by doubling, with the
+    /// peer table). [`Slot::scheduled`] reads it.
+    ticks: u64,
+    filed: bool,
     /// Queued for the next step.
     dirty: bool,
+}
+
+impl Slot {
+    /// The deadline this slot is filed under in the timer heap.
+    fn scheduled(&self) -> Option<u64> {
+        self.filed.then_some(self.ticks)
+    }
+
+    fn set_scheduled(&mut self, ticks: Option<u64>) {
+        self.filed = ticks.is_some();
+        self.ticks = ticks.unwrap_or(0);
+    }
 }
 
 /// A POROUS endpoint: the connections of one UDP socket.
@@ -255,7 +270,7 @@ impl Host {
         config.validate()?;
         let secret = (rng.next_u64(), rng.next_u64());
         let listener = Listener::new(&config, secret);
-        let settings = Arc::new(Settings { config: config.peer.clone(), span_limit: span_limit(&config.peer) });
+        let settings = Arc::new(Settings::new(config.peer.clone()));
         Ok(Self {
             listener,
             settings,
@@ -365,14 +380,14 @@ impl Host {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
-                self.slots.push(Slot { generation: 0, peer: None, scheduled: None, dirty: false });
+                self.slots.push(Slot { generation: 0, peer: None, ticks: 0, filed: false, dirty: false });
                 (self.slots.len() - 1) as u32
             }
         };
         debug_assert_eq!(peer.id(), self.id_of(index));
         if let Some(slot) = self.slots.get_mut(index as usize) {
             slot.peer = Some(Box::new(peer));
-            slot.scheduled = None;
+            slot.set_scheduled(None);
         }
         self.by_addr.insert(addr, index);
         self.mark_dirty(index);
@@ -385,7 +400,7 @@ impl Host {
             self.listener.pending_changed(peer.is_pending(), false);
             self.by_addr.remove(&peer.remote());
             slot.generation = slot.generation.wrapping_add(1);
-            slot.scheduled = None;
+            slot.set_scheduled(None);
             self.free.push(index);
         }
     }
@@ -694,10 +709,10 @@ impl Host {
             }
             self.timers.pop();
             let current =
-                self.slots.get(index as usize).is_some_and(|s| s.generation == generation && s.scheduled == Some(t));
+                self.slots.get(index as usize).is_some_and(|s| s.generation == generation && s.scheduled() == Some(t));
             if current {
                 if let Some(slot) = self.slots.get_mut(index as usize) {
-                    slot.scheduled = None;
+                    slot.set_scheduled(None);
                 }
                 self.mark_dirty(index);
             }
@@ -731,8 +746,8 @@ impl Host {
         }
         let next = next.map(|t| self.timers.ticks(t));
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
-        if next != slot.scheduled {
-            slot.scheduled = next;
+        if next != slot.scheduled() {
+            slot.set_scheduled(next);
             if let Some(t) = next {
                 self.timers.push(t, index, slot.generation);
             }
@@ -746,7 +761,7 @@ impl Host {
         }
         let slots = &self.slots;
         self.timers
-            .retain(|t, i, g| slots.get(i as usize).is_some_and(|s| s.generation == g && s.scheduled == Some(t)));
+            .retain(|t, i, g| slots.get(i as usize).is_some_and(|s| s.generation == g && s.scheduled() == Some(t)));
     }
 
     /// The next datagram to send, if any.

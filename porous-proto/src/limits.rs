@@ -128,7 +128,7 @@ impl HostConfig {
 }
 
 /// Most frames and message slots the in-flight record may span (see
-/// `TransferConfig::span_limit`). Every message held costs its channel at least a queue
+/// `transfer::Shared::span_limit`). Every message held costs its channel at least a queue
 /// slot of its limit, so twice the messages the limits allow leaves room for done frames
 /// in between.
 pub(crate) fn span_limit(cfg: &PeerConfig) -> usize {

@@ -306,7 +306,7 @@ impl ChannelReceiver {
             // Refused as violations on an unordered channel: nothing to store.
             (MessageKind::Fragment(mode), _) if self.unordered && mode != SendMode::Reliable => 0,
             (MessageKind::Fragment(_), Some(e)) if !matches!(e.body, EntryData::Empty) => 0,
-            (MessageKind::Fragment(_), _) => charge(m, self.fragment_size),
+            (MessageKind::Fragment(_), _) => charge(m, self.fragment_size()),
         }
     }
 

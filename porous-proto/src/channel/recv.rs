@@ -173,7 +173,9 @@ impl Delivered {
 #[derive(Debug)]
 pub(crate) struct ChannelReceiver {
     pub(super) params: ChannelParams,
-    pub(super) fragment_size: usize,
+    /// Payload bytes of a fragment (at most a datagram: a `u32`, so the receiver is 8
+    /// bytes smaller than with a `usize`); [`ChannelReceiver::fragment_size`] reads it.
+    fragment: u32,
     /// Largest packet accepted, and the fragments that can make it.
     pub(super) max_packet: usize,
     pub(super) max_fragments: u32,
@@ -199,7 +201,7 @@ impl ChannelReceiver {
         let max_fragments = max_packet.div_ceil(fragment_size).clamp(1, crate::wire::MAX_FRAGMENTS as usize);
         Self {
             params,
-            fragment_size,
+            fragment: u32::try_from(fragment_size).unwrap_or(u32::MAX),
             max_packet,
             max_fragments: max_fragments as u32,
             base: first_id,
@@ -211,6 +213,11 @@ impl ChannelReceiver {
             unordered: false,
             delivered: None,
         }
+    }
+
+    /// Payload bytes of a fragment.
+    pub(super) fn fragment_size(&self) -> usize {
+        self.fragment as usize
     }
 
     /// Makes the channel unordered (see the module docs).
@@ -347,7 +354,7 @@ impl ChannelReceiver {
                 i
             }
         };
-        let fragment_size = self.fragment_size;
+        let fragment_size = self.fragment_size();
         let Some(e) = self.queue.get_mut(i) else { return Ok(true) };
         let before = e.charged;
         let stored = store(e, m, mode, payload, fragment_size);
@@ -368,18 +375,18 @@ impl ChannelReceiver {
         }
         let last = f.index + 1 == f.count;
         let ok = if f.count == 1 {
-            len <= self.fragment_size
+            len <= self.fragment_size()
         } else if last {
-            (1..=self.fragment_size).contains(&len)
+            (1..=self.fragment_size()).contains(&len)
         } else {
-            len == self.fragment_size
+            len == self.fragment_size()
         };
         if !ok {
             return Err(Violation::BadFragment);
         }
         // The count bounds every packet to the next whole fragment; the last fragment (or
         // the only one) gives the exact size, which must not exceed the limit either.
-        if last && (f.count as usize - 1) * self.fragment_size + len > self.max_packet {
+        if last && (f.count as usize - 1) * self.fragment_size() + len > self.max_packet {
             return Err(Violation::TooLarge);
         }
         Ok(())

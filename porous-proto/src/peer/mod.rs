@@ -56,6 +56,7 @@ use bytes::Bytes;
 
 use crate::arena::Arena;
 use crate::event::{DisconnectReason, Event, PeerId, SendError, SendMode};
+use crate::lean::Nanos;
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::token::VerifiedToken;
 use crate::wire::secure::SecretKey;
@@ -135,7 +136,8 @@ pub(crate) struct Peer {
     since: Instant,
     last_recv: Instant,
     next_send: Option<Instant>,
-    retry: Duration,
+    /// The wait before the next handshake retry (8 bytes: `lean::Nanos`).
+    retry: Nanos,
     malformed: u64,
     /// An incoming request awaiting the application's decision (manual admission): it is
     /// left unanswered, and its retries make no further event.
@@ -147,8 +149,8 @@ pub(crate) struct Peer {
     /// The code the application gave with its disconnection, sent to the remote.
     close_code: u32,
     /// Nothing heard for this long ends the connection: the configuration's, or in secure
-    /// mode the token's.
-    timeout: Duration,
+    /// mode the token's (8 bytes: `lean::Nanos`).
+    timeout: Nanos,
     /// Secure mode's keys and counters; boxed, so a plain peer carries only the pointer.
     secure: Option<Box<SecureState>>,
 }
@@ -162,8 +164,8 @@ impl Peer {
         origin: Origin,
         seed: u64,
     ) -> Self {
-        let retry = settings.config.connect_retry;
-        let timeout = settings.config.timeout;
+        let retry = Nanos::of(settings.config.connect_retry);
+        let timeout = Nanos::of(settings.config.timeout);
         Self {
             id,
             remote,
@@ -205,7 +207,7 @@ impl Peer {
     /// within two keepalive intervals, so an idle connection lives).
     fn set_secure(&mut self, secure: Option<SecureState>) {
         if let Some(s) = &secure {
-            self.timeout = s.timeout.max(self.settings.config.ping_interval * 2);
+            self.timeout = Nanos::of(s.timeout.max(self.settings.config.ping_interval * 2));
         }
         self.secure = secure.map(Box::new);
     }
@@ -375,8 +377,8 @@ impl Peer {
             }
         }
         if self.origin == Origin::Local {
-            self.next_send = Some(now + self.retry);
-            self.retry = (self.retry * 2).min(MAX_RETRY);
+            self.next_send = Some(now + self.retry.get());
+            self.retry = Nanos::of((self.retry.get() * 2).min(MAX_RETRY));
         }
         // Every handshake datagram counts, timer-driven or a reply: a round-trip sample
         // is taken only when exactly one went out (Karn's rule).
@@ -495,7 +497,7 @@ impl Peer {
             if let Some(h) = self.handshake.as_deref_mut() {
                 h.remote_data = token.user_data.clone();
             }
-            self.timeout = s.timeout.max(self.settings.config.ping_interval * 2);
+            self.timeout = Nanos::of(s.timeout.max(self.settings.config.ping_interval * 2));
         }
         self.on_request(now, req, &[], Some(reply_key), out);
     }
@@ -769,7 +771,7 @@ impl Peer {
             PeerState::Connecting if self.remote_nonce.is_some() => {
                 self.enter(now, PeerState::Disconnecting);
                 self.closing = Some(Closing::Requesting(now));
-                self.retry = self.settings.config.connect_retry;
+                self.retry = Nanos::of(self.settings.config.connect_retry);
                 self.next_send = Some(now);
             }
             PeerState::Connecting => self.end(now, PeerState::Disconnected, DisconnectReason::Local, out),
@@ -822,7 +824,7 @@ impl Peer {
     }
 
     fn heard_nothing(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last_recv) >= self.timeout
+        now.saturating_duration_since(self.last_recv) >= self.timeout.get()
     }
 
     fn flush(&mut self, now: Instant, out: &mut Outputs) {
@@ -856,7 +858,7 @@ impl Peer {
                 return;
             }
             self.closing = Some(Closing::Requesting(now));
-            self.retry = self.settings.config.connect_retry;
+            self.retry = Nanos::of(self.settings.config.connect_retry);
             self.next_send = Some(now);
         }
         let Some(Closing::Requesting(started)) = self.closing else { return };
@@ -869,8 +871,8 @@ impl Peer {
         self.flush(now, out);
         if self.next_send.is_some_and(|t| t <= now) {
             self.send_connection(&Control::Disconnect { code: self.close_code }, out);
-            self.next_send = Some(now + self.retry);
-            self.retry = (self.retry * 2).min(MAX_RETRY);
+            self.next_send = Some(now + self.retry.get());
+            self.retry = Nanos::of((self.retry.get() * 2).min(MAX_RETRY));
         }
     }
 
@@ -887,7 +889,7 @@ impl Peer {
             }
             PeerState::Connected | PeerState::Disconnecting => {
                 t.set(Timer::Retry, self.next_send);
-                t.set(Timer::Idle, Some(self.last_recv + self.timeout));
+                t.set(Timer::Idle, Some(self.last_recv + self.timeout.get()));
                 // No "send now" row: this runs right after a flush that sent all it could;
                 // new chances come as input (which marks the peer) or as these timers.
                 if let Some(s) = &self.session {

@@ -105,15 +105,11 @@ impl Session {
     ) -> Self {
         let cfg = &settings.config;
         let mtu = if sealed { params.mtu.saturating_sub(SEAL_EXTRA) } else { params.mtu };
-        let mut tc = TransferConfig::new(mtu, params.channels);
+        let mut tc = TransferConfig::with_shared(Arc::clone(&settings.transfer), mtu, params.channels);
         tc.skip_seed = seed | 1;
         tc.initial_window = cfg.initial_window * params.mtu;
         tc.bandwidth = params.send_bandwidth;
-        tc.ping_interval = cfg.ping_interval;
-        tc.span_limit = settings.span_limit;
         tc.congestion = cfg.congestion;
-        tc.weights = cfg.channels.iter().map(|c| c.weight).collect();
-        tc.repair = cfg.channels.iter().map(|c| c.repair).collect();
         let channels = Channels::new(
             Arc::clone(settings),
             crate::wire::fragment_payload(mtu),

@@ -32,6 +32,7 @@ mod rtt;
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BufMut;
@@ -73,53 +74,82 @@ pub(crate) trait IdPolicy {
 /// cache miss on the paths that read them for every message.
 pub(crate) type PerChannel<T> = SmallVec<[T; 4]>;
 
-/// Parameters of one connection's transfer layer.
-#[derive(Clone, Debug)]
-pub(crate) struct TransferConfig {
-    /// Negotiated datagram size.
-    pub(crate) mtu: usize,
-    /// Congestion window before any acknowledgement, in bytes.
-    pub(crate) initial_window: usize,
-    /// Negotiated bandwidth B for sending, bytes per second, 0 for no limit.
-    pub(crate) bandwidth: u64,
+/// What the transfer layers of a host's connections share: set from the host's
+/// configuration, built once per host and kept behind one `Arc`, so a connection does not
+/// carry its own copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Shared {
     /// Ping period while nothing is in flight (keepalive).
     pub(crate) ping_interval: Duration,
     /// N_P.
     pub(crate) frame_window: u32,
     /// S.
     pub(crate) sentinel_spacing: u32,
-    /// Number of channel tags to account bytes for.
-    pub(crate) channels: usize,
-    /// Seed of the generator that picks frame ids to skip; 0 never skips.
-    pub(crate) skip_seed: u64,
     /// Most frames, and most message slots, the in-flight record may span from its oldest
     /// outstanding frame. Done frames behind an outstanding one keep their place until it
     /// is acknowledged, so without this a peer that never acknowledges one frame (or a
     /// link that keeps losing it) would make the record grow with everything sent after.
     pub(crate) span_limit: usize,
-    /// The congestion controller.
-    pub(crate) congestion: CongestionControl,
-    /// Each channel's share of its priority, in round robin turns.
+    /// Each channel's share of its priority, in round robin turns (1 for a channel not
+    /// listed).
     pub(crate) weights: PerChannel<u32>,
     /// Whether each channel's small reliable messages get repair copies.
     pub(crate) repair: PerChannel<bool>,
 }
 
-impl TransferConfig {
-    pub(crate) fn new(mtu: usize, channels: usize) -> Self {
+impl Shared {
+    /// The defaults for `channels` channels: the spec's windows, a 500 ms keepalive, equal
+    /// weights, repair copies on.
+    pub(crate) fn new(channels: usize) -> Self {
         Self {
-            mtu,
-            initial_window: 10 * mtu,
-            bandwidth: 0,
             ping_interval: Duration::from_millis(500),
             frame_window: crate::seq::FRAME_WINDOW,
             sentinel_spacing: crate::seq::SENTINEL_SPACING,
-            channels,
-            skip_seed: 0,
             span_limit: crate::seq::FRAME_WINDOW as usize,
-            congestion: CongestionControl::default(),
             weights: smallvec::smallvec![1; channels],
             repair: smallvec::smallvec![true; channels],
+        }
+    }
+}
+
+/// Parameters of one connection's transfer layer: the host's shared ones and what was
+/// negotiated for this connection (read when the layer is made; only the MTU and the
+/// shared part are kept).
+#[derive(Clone, Debug)]
+pub(crate) struct TransferConfig {
+    /// The host's settings, shared by its connections.
+    pub(crate) shared: Arc<Shared>,
+    /// Negotiated datagram size.
+    pub(crate) mtu: usize,
+    /// Congestion window before any acknowledgement, in bytes.
+    pub(crate) initial_window: usize,
+    /// Negotiated bandwidth B for sending, bytes per second, 0 for no limit.
+    pub(crate) bandwidth: u64,
+    /// Number of channel tags to account bytes for.
+    pub(crate) channels: usize,
+    /// Seed of the generator that picks frame ids to skip; 0 never skips.
+    pub(crate) skip_seed: u64,
+    /// The congestion controller.
+    pub(crate) congestion: CongestionControl,
+}
+
+impl TransferConfig {
+    /// A configuration with its own default [`Shared`] part (tests; a host shares one).
+    #[cfg(test)]
+    pub(crate) fn new(mtu: usize, channels: usize) -> Self {
+        Self::with_shared(Arc::new(Shared::new(channels)), mtu, channels)
+    }
+
+    /// The configuration of a connection of a host whose shared settings are `shared`.
+    pub(crate) fn with_shared(shared: Arc<Shared>, mtu: usize, channels: usize) -> Self {
+        Self {
+            shared,
+            mtu,
+            initial_window: 10 * mtu,
+            bandwidth: 0,
+            channels,
+            skip_seed: 0,
+            congestion: CongestionControl::default(),
         }
     }
 }
@@ -127,7 +157,10 @@ impl TransferConfig {
 /// The transfer layer of one connection.
 #[derive(Debug)]
 pub(crate) struct Transfer {
-    cfg: TransferConfig,
+    /// The host's settings (shared), and this connection's datagram size: all of the
+    /// configuration the layer reads after it is made.
+    shared: Arc<Shared>,
+    mtu: usize,
     queues: SendQueues,
     inflight: InFlight,
     receiver: Receiver,
@@ -186,16 +219,16 @@ impl Transfer {
     /// A transfer layer whose first frame id is `local_base` and whose peer's first frame id
     /// is `remote_base` (both from the handshake).
     pub(crate) fn new(cfg: TransferConfig, local_base: u32, remote_base: u32) -> Self {
-        let ceiling = (cfg.frame_window as usize).saturating_mul(cfg.mtu);
+        let ceiling = (cfg.shared.frame_window as usize).saturating_mul(cfg.mtu);
         let limits = Limits { mtu: cfg.mtu, initial_window: cfg.initial_window, bandwidth: cfg.bandwidth, ceiling };
         Self {
             cc: Controller::new(cfg.congestion, limits),
             delivery: Delivery::default(),
             pacer: Pacer::default(),
             pacing_wait: None,
-            queues: SendQueues::new(&cfg.weights),
+            queues: SendQueues::default(),
             inflight: InFlight::new(local_base),
-            receiver: Receiver::new(remote_base, cfg.frame_window),
+            receiver: Receiver::new(remote_base, cfg.shared.frame_window),
             cadence: Cadence::default(),
             rtt: Rtt::new(INITIAL_RTT),
             ping: Ping::default(),
@@ -207,7 +240,8 @@ impl Transfer {
             repair_bytes: 0,
             probe_at: None,
             last_sent: None,
-            cfg,
+            mtu: cfg.mtu,
+            shared: cfg.shared,
         }
     }
 
@@ -222,7 +256,7 @@ impl Transfer {
         if let Some(q) = self.queued.get_mut(usize::from(m.channel)) {
             *q += m.cost();
         }
-        self.queues.push(priority, m);
+        self.queues.push(priority, &self.shared.weights, m);
     }
 
     /// Stamps the deadlines of messages queued since the last call that gave the time.
@@ -296,24 +330,24 @@ impl Transfer {
         // side times out on silence, and on a path slower than its timeout only a steady
         // stream of pings (answered long after) keeps both sides hearing each other.
         if busy {
-            self.rtt.srtt().clamp(MIN_PING_PERIOD, self.cfg.ping_interval.max(MIN_PING_PERIOD))
+            self.rtt.srtt().clamp(MIN_PING_PERIOD, self.shared.ping_interval.max(MIN_PING_PERIOD))
         } else {
-            self.cfg.ping_interval
+            self.shared.ping_interval
         }
     }
 
     /// When a datagram must go out even with nothing else in it, as a keepalive: a
     /// `ping_interval` after the last one.
     fn keepalive_at(&self) -> Option<Instant> {
-        self.last_sent.map(|t| t + self.cfg.ping_interval)
+        self.last_sent.map(|t| t + self.shared.ping_interval)
     }
 
     /// Whether a new frame may open now: something waits (queued data, or a tail-loss
     /// probe), and the transfer window, the record's span and the congestion window allow.
     fn can_open_frame(&self, now: Instant) -> bool {
         (!self.queues.is_empty() || self.probe_due(now))
-            && self.inflight.window_open(self.cfg.frame_window)
-            && self.inflight.span() < self.cfg.span_limit
+            && self.inflight.window_open(self.shared.frame_window)
+            && self.inflight.span() < self.shared.span_limit
             && self.cc.window() > self.inflight.flight() + FRAME_BASE
     }
 
@@ -326,7 +360,7 @@ impl Transfer {
         ids: &impl IdPolicy,
         out: &mut B,
     ) -> Option<usize> {
-        let mtu = self.cfg.mtu;
+        let mtu = self.mtu;
         let cwnd = self.cc.window();
         let acks_due = self.receiver.ack_due();
         // Due acknowledgements and echoes wait for a datagram that goes anyway, while this
@@ -575,7 +609,7 @@ impl Transfer {
         // This frame's own small reliable messages become candidates.
         for at in first..own {
             let Some(m) = self.inflight.message_at(at) else { continue };
-            let repairable = self.cfg.repair.get(usize::from(m.channel)).copied().unwrap_or(false);
+            let repairable = self.shared.repair.get(usize::from(m.channel)).copied().unwrap_or(false);
             if repairable && m.is_reliable() && m.fragment.count == 1 && m.payload.len() <= REPAIR_MAX {
                 crate::lean::room_for_first(&mut self.repair);
                 self.repair.push_back((at, now));
@@ -616,8 +650,8 @@ impl Transfer {
         self.skip ^= self.skip >> 7;
         self.skip ^= self.skip << 17;
         let id = self.inflight.next_id();
-        let room = SeqSpace::FRAME.distance(self.inflight.base(), id) + 1 < self.cfg.frame_window;
-        if self.skip.is_multiple_of(128) && room && !SeqSpace::FRAME.is_spaced(id, self.cfg.sentinel_spacing) {
+        let room = SeqSpace::FRAME.distance(self.inflight.base(), id) + 1 < self.shared.frame_window;
+        if self.skip.is_multiple_of(128) && room && !SeqSpace::FRAME.is_spaced(id, self.shared.sentinel_spacing) {
             self.inflight.skip(now, at);
             self.stats.frames_skipped += 1;
             if self.skipped.len() == SKIPS_REMEMBERED {
@@ -748,7 +782,7 @@ impl Transfer {
     }
 
     fn detect_losses(&mut self, now: Instant) {
-        let spacing = self.cfg.sentinel_spacing;
+        let spacing = self.shared.sentinel_spacing;
         let path = self.path();
         let window = self.reorder_window();
         let (queued, stats, cc) = (&mut self.queued, &mut self.stats, &mut self.cc);

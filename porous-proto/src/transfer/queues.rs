@@ -130,22 +130,35 @@ impl OutMessage {
 
 /// One channel's messages. A channel sends at one priority (the channel layer queues
 /// every message of a channel at the channel's priority), so it has one lane, filed in
-/// the active list of that priority's level.
+/// the active list of that priority's level. 40 bytes: the deficit in a `u32` (it stays
+/// below a message's cost plus a turn, far below 4 GB) and the weight in a `u8`
+/// (validated 1 to 255).
 #[derive(Debug)]
 struct Lane {
     queue: VecDeque<OutMessage>,
     /// Bytes the lane may still send this turn.
-    deficit: usize,
-    /// The channel's weight, at least 1 (as given: a `u32`, so the lane is 8 bytes
-    /// smaller than with a `usize`).
-    weight: u32,
+    deficit: u32,
+    /// The channel's weight, at least 1.
+    weight: u8,
     /// The level the lane is served at while it holds messages.
     priority: Priority,
 }
 
 impl Lane {
     fn new(weight: u32) -> Self {
-        Self { queue: VecDeque::new(), deficit: 0, weight: weight.max(1), priority: Priority::High }
+        let weight = u8::try_from(weight.max(1)).unwrap_or(u8::MAX);
+        Self { queue: VecDeque::new(), deficit: 0, weight, priority: Priority::High }
+    }
+
+    /// Bytes the lane may still send this turn.
+    fn deficit(&self) -> usize {
+        self.deficit as usize
+    }
+
+    /// Sets what the lane may still send this turn (saturating, never reached: see the
+    /// type's note).
+    fn set_deficit(&mut self, bytes: usize) {
+        self.deficit = u32::try_from(bytes).unwrap_or(u32::MAX);
     }
 }
 
@@ -168,9 +181,10 @@ type Active = SmallVec<[u8; 8]>;
 /// The send queues of one connection.
 #[derive(Debug, Default)]
 pub(crate) struct SendQueues {
-    /// One lane per channel, inline for the usual few channels (a heap block per
-    /// connection fewer to reach on every send and every flush).
-    lanes: SmallVec<[Lane; 4]>,
+    /// One lane per channel up to the highest one that has queued anything: made on first
+    /// use, as channels are. Inline for the two channels a game usually uses (a heap
+    /// block per connection fewer to reach on every send and every flush).
+    lanes: SmallVec<[Lane; 2]>,
     /// Per level (see [`level`]): the channels with messages, in round robin order.
     active: [Active; 2],
     live: usize,
@@ -191,17 +205,14 @@ impl SendQueues {
         }
     }
 
-    /// Queues with the round robin weights of the channels (1 for any not given).
-    pub(crate) fn new(weights: &[u32]) -> Self {
-        Self { lanes: weights.iter().map(|&w| Lane::new(w)).collect(), ..Self::default() }
-    }
-
-    /// Queues `m` at `priority`, the priority of its channel.
-    pub(crate) fn push(&mut self, priority: Priority, m: OutMessage) {
+    /// Queues `m` at `priority`, the priority of its channel. `weights`: the round robin
+    /// weights of the channels (1 for any not given), for the lanes this makes.
+    pub(crate) fn push(&mut self, priority: Priority, weights: &[u32], m: OutMessage) {
         let channel = m.channel;
         let i = usize::from(channel);
-        if self.lanes.len() <= i {
-            self.lanes.resize_with(i + 1, || Lane::new(1));
+        while self.lanes.len() <= i {
+            let weight = weights.get(self.lanes.len()).copied().unwrap_or(1);
+            self.lanes.push(Lane::new(weight));
         }
         let Some(lane) = self.lanes.get_mut(i) else { return };
         if lane.queue.is_empty() {
@@ -295,10 +306,10 @@ impl SendQueues {
                         continue;
                     };
                     let cost = lane.queue.front().map_or(0, OutMessage::turn_cost);
-                    if lane.deficit >= cost {
+                    if lane.deficit() >= cost {
                         break c;
                     }
-                    lane.deficit += lane.weight as usize * QUANTUM;
+                    lane.set_deficit(lane.deficit() + usize::from(lane.weight) * QUANTUM);
                     active.rotate_left(1);
                 },
             };
@@ -313,7 +324,7 @@ impl SendQueues {
         let channel = self.selected.take()?;
         let lane = self.lanes.get_mut(usize::from(channel))?;
         let m = lane.queue.pop_front()?;
-        lane.deficit = lane.deficit.saturating_sub(m.turn_cost());
+        lane.set_deficit(lane.deficit().saturating_sub(m.turn_cost()));
         if lane.queue.is_empty() {
             self.deactivate(channel);
         } else if lane.deficit == 0
@@ -392,6 +403,9 @@ impl SendQueues {
 pub(crate) mod tests {
     use super::*;
 
+    /// Weights of 1 for every channel.
+    const EQUAL: &[u32] = &[];
+
     /// A whole packet's message for the transfer layer's tests; its payload repeats the
     /// id's low byte.
     pub(crate) fn msg(channel: u8, id: u32, mode: SendMode, len: usize) -> OutMessage {
@@ -417,10 +431,10 @@ pub(crate) mod tests {
     #[test]
     fn high_before_low_fifo_within() {
         let mut q = SendQueues::default();
-        q.push(Priority::Low, msg(1, 0, SendMode::Reliable, 1));
-        q.push(Priority::High, msg(0, 0, SendMode::Reliable, 1));
-        q.push(Priority::Low, msg(1, 1, SendMode::Reliable, 1));
-        q.push(Priority::High, msg(0, 1, SendMode::Reliable, 1));
+        q.push(Priority::Low, EQUAL, msg(1, 0, SendMode::Reliable, 1));
+        q.push(Priority::High, EQUAL, msg(0, 0, SendMode::Reliable, 1));
+        q.push(Priority::Low, EQUAL, msg(1, 1, SendMode::Reliable, 1));
+        q.push(Priority::High, EQUAL, msg(0, 1, SendMode::Reliable, 1));
         assert_eq!(drain(&mut q, Instant::now()), [(0, 0), (0, 1), (1, 0), (1, 1)]);
         assert!(q.is_empty());
     }
@@ -429,12 +443,12 @@ pub(crate) mod tests {
     fn channels_of_one_priority_share_by_bytes() {
         // Channel 0 queues ten 1,100-byte fragments, channel 1 small messages: each turn
         // is about a datagram, so the small ones interleave one per big fragment.
-        let mut q = SendQueues::new(&[1, 1]);
+        let mut q = SendQueues::default();
         for i in 0..10 {
-            q.push(Priority::High, msg(0, i, SendMode::Reliable, 1100));
+            q.push(Priority::High, EQUAL, msg(0, i, SendMode::Reliable, 1100));
         }
         for i in 0..5 {
-            q.push(Priority::High, msg(1, 100 + i, SendMode::Reliable, 30));
+            q.push(Priority::High, EQUAL, msg(1, 100 + i, SendMode::Reliable, 30));
         }
         let order = drain(&mut q, Instant::now());
         let first_small = order.iter().position(|&(c, _)| c == 1).unwrap();
@@ -445,10 +459,10 @@ pub(crate) mod tests {
         let big: Vec<u32> = order.iter().filter(|o| o.0 == 0).map(|o| o.1).collect();
         assert_eq!(big, (0..10).collect::<Vec<_>>());
         // A weight of 3 gives a channel three turns' worth.
-        let mut w = SendQueues::new(&[3, 1]);
+        let mut w = SendQueues::default();
         for i in 0..12 {
-            w.push(Priority::High, msg(0, i, SendMode::Reliable, 1100));
-            w.push(Priority::High, msg(1, 100 + i, SendMode::Reliable, 1100));
+            w.push(Priority::High, &[3, 1], msg(0, i, SendMode::Reliable, 1100));
+            w.push(Priority::High, &[3, 1], msg(1, 100 + i, SendMode::Reliable, 1100));
         }
         let order = drain(&mut w, Instant::now());
         let heavy = order.iter().take(12).filter(|o| o.0 == 0).count();
@@ -459,15 +473,15 @@ pub(crate) mod tests {
     fn a_deadline_counts_from_the_stamp_not_the_queueing() {
         let t = Instant::now();
         let ms = Duration::from_millis(1);
-        let mut q = SendQueues::new(&[1]);
+        let mut q = SendQueues::default();
         let mut old = msg(0, 1, SendMode::Unreliable, 10);
         old.tag = Tag::Within(10 * ms);
-        q.push(Priority::High, old);
+        q.push(Priority::High, EQUAL, old);
         q.stamp(t);
         // Queued after the first stamp: only the newest are stamped by the next.
         let mut new = msg(0, 2, SendMode::Unreliable, 10);
         new.tag = Tag::Within(10 * ms);
-        q.push(Priority::High, new);
+        q.push(Priority::High, EQUAL, new);
         q.stamp(t + 5 * ms);
         let mut expired = Vec::new();
         assert_eq!(q.front(t + 12 * ms, |m| expired.push(m.id)).map(|m| m.id), Some(2));
@@ -480,16 +494,16 @@ pub(crate) mod tests {
     fn unreliable_goes_first_and_never_late() {
         let t = Instant::now();
         let ms = Duration::from_millis(1);
-        let mut q = SendQueues::new(&[1, 1]);
+        let mut q = SendQueues::default();
         for i in 0..4 {
-            q.push(Priority::High, msg(0, i, SendMode::Reliable, 1100));
+            q.push(Priority::High, EQUAL, msg(0, i, SendMode::Reliable, 1100));
         }
         let mut fresh = msg(1, 50, SendMode::Unreliable, 100);
         fresh.tag = Tag::Expires(t + 10 * ms);
         let mut stale = msg(1, 49, SendMode::Unreliable, 100);
         stale.tag = Tag::Expires(t + ms);
-        q.push(Priority::High, stale);
-        q.push(Priority::High, fresh);
+        q.push(Priority::High, EQUAL, stale);
+        q.push(Priority::High, EQUAL, fresh);
         let mut expired = Vec::new();
         assert_eq!(q.front(t + 2 * ms, |m| expired.push(m.id)).map(|m| m.id), Some(50));
         assert_eq!(expired, [49], "expired before it could go: dropped, never sent");
@@ -498,7 +512,7 @@ pub(crate) mod tests {
         // Expired in the middle of a lane: dropped when it reaches the head.
         let mut late = msg(0, 9, SendMode::Unreliable, 10);
         late.tag = Tag::Expires(t);
-        q.push(Priority::High, late);
+        q.push(Priority::High, EQUAL, late);
         let mut dropped = 0;
         let order: Vec<u32> = std::iter::from_fn(|| {
             q.front(t + 5 * ms, |_| dropped += 1)?;
@@ -514,13 +528,14 @@ pub(crate) mod tests {
         let mut q = SendQueues::default();
         let frag =
             |id, index| OutMessage { fragment: Fragment { index, count: 2 }, ..msg(3, id, SendMode::Unreliable, 10) };
-        q.push(Priority::High, frag(5, 0));
-        q.push(Priority::High, msg(3, 6, SendMode::Reliable, 10));
-        q.push(Priority::High, frag(5, 1));
-        q.push(Priority::High, msg(4, 7, SendMode::Unreliable, 10));
-        q.push(Priority::High, frag(8, 0));
+        q.push(Priority::High, EQUAL, frag(5, 0));
+        q.push(Priority::High, EQUAL, msg(3, 6, SendMode::Reliable, 10));
+        q.push(Priority::High, EQUAL, frag(5, 1));
+        q.push(Priority::High, EQUAL, msg(4, 7, SendMode::Unreliable, 10));
+        q.push(Priority::High, EQUAL, frag(8, 0));
         q.push(
             Priority::High,
+            EQUAL,
             OutMessage { kind: MessageKind::Sentinel, payload: Bytes::new(), ..msg(3, 8, SendMode::Unreliable, 0) },
         );
         let mut seen = Vec::new();

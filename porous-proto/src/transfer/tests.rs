@@ -45,7 +45,7 @@ fn flush(t: &mut Transfer, now: Instant, key: Key) -> Vec<Bytes> {
     let mut buf = BytesMut::new();
     while let Some(n) = t.poll_datagram(now, key, &Wide, &mut buf) {
         out.push(buf.split_to(n).freeze());
-        assert!(n <= t.cfg.mtu, "datagram of {n} bytes exceeds the MTU");
+        assert!(n <= t.mtu, "datagram of {n} bytes exceeds the MTU");
     }
     out
 }
@@ -131,7 +131,7 @@ fn lost_unreliable_frames_are_discarded_or_become_sentinels() {
     let t0 = Instant::now();
     let key = Key::connection(1, 2);
     let mut c = cfg(1200);
-    c.sentinel_spacing = 4; // S = 4: ids with k mod 4 = 3 become sentinels
+    Arc::make_mut(&mut c.shared).sentinel_spacing = 4; // S = 4: ids with k mod 4 = 3 become sentinels
     c.congestion = CongestionControl::Aimd; // unpaced: all four go at once
     let mut a = Transfer::new(c, 0, 0);
     let mut sent = 0;
@@ -393,7 +393,7 @@ fn keepalive_pings_keep_their_interval_however_long_the_round_trip() {
     let t0 = Instant::now();
     let key = Key::connection(1, 2);
     let mut c = cfg(1200);
-    c.ping_interval = 500 * MS;
+    Arc::make_mut(&mut c.shared).ping_interval = 500 * MS;
     let mut a = Transfer::new(c, 0, 0);
     a.rtt_sample(Duration::from_secs(20));
     assert_eq!(flush(&mut a, t0, key).len(), 1, "the first ping");
