@@ -10,7 +10,7 @@ use bytes::Bytes;
 use porous_proto::{
     ConnectError, DisconnectReason, Event, HostConfig, Mismatch, PeerState, SendError, SendMode, SequenceStart,
 };
-use support::{Datagram, MS, Pair, disconnected, received};
+use support::{Datagram, MS, Mode, Pair, disconnected, received};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -431,19 +431,20 @@ fn send_errors_are_precise() {
 
 #[test]
 fn the_same_inputs_and_seed_give_byte_identical_transmits() {
-    fn run() -> Vec<Datagram> {
+    fn run(mode: Mode) -> Vec<Datagram> {
         let mut a = HostConfig::default();
         a.sequence_start = SequenceStart::Random;
-        let mut p = Pair::with_seeds(a, HostConfig::default(), 7, 8);
+        let mut p = Pair::in_mode(mode, a, HostConfig::default(), 7, 8);
         let mut n = 0u32;
         p.pass = Box::new(move |_| {
             n += 1;
             n % 7 != 3 // deterministic loss
         });
-        let (pa, pb) = p.establish();
+        let token = mode.token(9, p.b_addr, Duration::ZERO, 10 * SEC);
+        let (pa, pb) = p.establish_with(token.as_deref());
         for i in 0..200 {
-            let mode = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive][i % 3];
-            p.a.send(pa, i % 4, payload(i % 4, i, i * 13 % 2500), mode).unwrap();
+            let send_mode = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive][i % 3];
+            p.a.send(pa, i % 4, payload(i % 4, i, i * 13 % 2500), send_mode).unwrap();
             if i % 10 == 0 {
                 p.b.send(pb, 0, payload(0, i, 100), SendMode::Reliable).unwrap();
                 p.run_for(20 * MS);
@@ -454,9 +455,11 @@ fn the_same_inputs_and_seed_give_byte_identical_transmits() {
         p.run_for(5 * SEC);
         p.log
     }
-    let (first, second) = (run(), run());
-    assert!(first.len() > 300, "{} datagrams", first.len());
-    assert_eq!(first, second);
+    for mode in Mode::BOTH {
+        let (first, second) = (run(mode), run(mode));
+        assert!(first.len() > 300, "{mode:?}: {} datagrams", first.len());
+        assert_eq!(first, second, "{mode:?}");
+    }
 }
 
 #[test]

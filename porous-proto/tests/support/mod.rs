@@ -9,9 +9,63 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use porous_proto::sim::{LinkConditions, Network, seeded_rng};
-use porous_proto::{Event, Host, HostConfig, PeerId};
+use porous_proto::token::{self, PrivateKey, TokenParams};
+use porous_proto::{Event, Host, HostConfig, PeerId, SecureConfig};
 
 pub const MS: Duration = Duration::from_millis(1);
+
+/// Plain or secure mode: the tests of a guarantee run their one body in each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Plain,
+    /// The client connects with a connect token, and every datagram after its request is
+    /// sealed (ChaCha20-Poly1305) instead of carrying the keyed CRC.
+    Secure,
+}
+
+/// The backend's key in secure mode, and the Unix time a simulation starts at.
+pub const PRIVATE_KEY: PrivateKey = PrivateKey::from_bytes([0x3C; 32]);
+pub const UNIX: u64 = 1_800_000_000;
+
+impl Mode {
+    pub const BOTH: [Self; 2] = [Self::Plain, Self::Secure];
+
+    pub fn is_secure(self) -> bool {
+        self == Self::Secure
+    }
+
+    /// `config` for the host that connects: in secure mode, a client without a key.
+    pub fn client(self, mut config: HostConfig) -> HostConfig {
+        if self.is_secure() {
+            config.secure = Some(SecureConfig::client());
+        }
+        config
+    }
+
+    /// `config` for the host at `server`, which accepts: in secure mode, the backend's key,
+    /// `server` as its public address, and the Unix time [`UNIX`] at `start`.
+    pub fn server(self, mut config: HostConfig, server: SocketAddr, start: Instant) -> HostConfig {
+        if self.is_secure() {
+            config.secure = Some(SecureConfig::server(PRIVATE_KEY, vec![server], start, UNIX));
+        }
+        config
+    }
+
+    /// In secure mode, a connect token for `server`, made `elapsed` after the start (so a
+    /// reconnection late in a run gets a fresh one), valid for two minutes, with `timeout`
+    /// as the connection's timeout (whole seconds, rounded up). Seeded: the same arguments
+    /// give the same bytes.
+    pub fn token(self, seed: u64, server: SocketAddr, elapsed: Duration, timeout: Duration) -> Option<Vec<u8>> {
+        if !self.is_secure() {
+            return None;
+        }
+        let now = UNIX + elapsed.as_secs();
+        let mut p = TokenParams::new(seed, vec![server], now, Duration::from_secs(120));
+        p.timeout = Duration::from_secs(timeout.as_secs_f64().ceil().max(1.0) as u64);
+        let rng_seed = seed ^ elapsed.as_nanos() as u64;
+        Some(token::generate(&PRIVATE_KEY, &p, &mut seeded_rng(rng_seed)).expect("valid token parameters"))
+    }
+}
 
 /// One datagram crossing the link.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,14 +111,21 @@ impl Pair {
     }
 
     pub fn with_seeds(a: HostConfig, b: HostConfig, seed_a: u64, seed_b: u64) -> Self {
+        Self::in_mode(Mode::Plain, a, b, seed_a, seed_b)
+    }
+
+    /// `with_seeds` in `mode`: in secure mode `a` is a client and `b` a server with the
+    /// backend's key; connect with [`Mode::token`] for `b_addr`.
+    pub fn in_mode(mode: Mode, a: HostConfig, b: HostConfig, seed_a: u64, seed_b: u64) -> Self {
         // The links are perfect: the network's own seed draws nothing that matters.
         let net = Network::new(0);
         let start = net.now();
+        let b_addr = "10.0.0.2:5000".parse().expect("address");
         Self {
-            a: Host::new(a, seeded_rng(seed_a)).expect("valid config"),
-            b: Host::new(b, seeded_rng(seed_b)).expect("valid config"),
+            a: Host::new(mode.client(a), seeded_rng(seed_a)).expect("valid config"),
+            b: Host::new(mode.server(b, b_addr, start), seeded_rng(seed_b)).expect("valid config"),
             a_addr: "10.0.0.1:4000".parse().expect("address"),
-            b_addr: "10.0.0.2:5000".parse().expect("address"),
+            b_addr,
             start,
             now: start,
             latency: 10 * MS,
@@ -84,9 +145,17 @@ impl Pair {
 
     /// `a` connects to `b`.
     pub fn connect(&mut self) -> PeerId {
+        self.connect_with(None)
+    }
+
+    /// `a` connects to `b`, with a connect token when one is given (secure mode).
+    pub fn connect_with(&mut self, token: Option<&[u8]>) -> PeerId {
         let now = self.now;
         let b = self.b_addr;
-        self.a.connect(now, b).expect("connect")
+        match token {
+            Some(t) => self.a.connect_with_token(now, b, t).expect("connect with a token"),
+            None => self.a.connect(now, b).expect("connect"),
+        }
     }
 
     fn collect(&mut self) {
@@ -186,7 +255,12 @@ impl Pair {
 
     /// Connects `a` to `b` and runs until both report `Connected`.
     pub fn establish(&mut self) -> (PeerId, PeerId) {
-        let pa = self.connect();
+        self.establish_with(None)
+    }
+
+    /// `establish`, with a connect token when one is given (secure mode).
+    pub fn establish_with(&mut self, token: Option<&[u8]>) -> (PeerId, PeerId) {
+        let pa = self.connect_with(token);
         assert!(self.run_until(5 * Duration::from_secs(1), |p| p.connected_a().is_some() && p.connected_b().is_some()));
         let pb = self.connected_b().expect("b connected");
         assert_eq!(self.connected_a(), Some(pa));
