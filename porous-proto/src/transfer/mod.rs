@@ -405,7 +405,17 @@ impl Transfer {
         let mut msgs_len = 0;
         let resend = self.inflight.first_resendable(cwnd).map(|f| (f.id, f.msgs.clone()));
         let paced_out = rate.is_some() && !self.pacer.allows();
-        if paced_out {
+        // Unreliable data is time-critical: the pacer does not hold it behind reliable
+        // data it is spreading out (a fragmented bulk packet would delay a tick's state by
+        // a datagram's time at the pacing rate, 4 ms at 300 kB/s). A frame of unreliable
+        // messages alone may take the pacer one datagram into debt, which the reliable
+        // data behind it then waits off; it stays inside the congestion window.
+        let urgent = paced_out
+            && resend.is_none()
+            && self.pacer.allows_urgent(mtu)
+            && self.can_open_frame(now)
+            && self.unreliable_next(now);
+        if paced_out && !urgent {
             if let (Some(rate), true) = (rate, resend.is_some() || self.can_open_frame(now)) {
                 self.pacing_wait = Some(self.pacer.ready_at(now, rate));
             }
@@ -416,7 +426,7 @@ impl Transfer {
             let room = mtu - FRAME_OVERHEAD_MAX;
             let budget = room.saturating_sub(if acks_due { ack_len } else { 0 });
             let budget = budget.min(self.cc.window().saturating_sub(self.inflight.flight() + FRAME_BASE));
-            if let Some((id, len)) = self.assemble(now, ids, budget, room) {
+            if let Some((id, len)) = self.assemble(now, ids, budget, room, urgent) {
                 msgs_len = len;
                 plan = Plan::New(id);
             }
@@ -539,17 +549,26 @@ impl Transfer {
     /// Moves messages from the send queues into a new frame: high priority first, each
     /// queue in order, while they fit `budget` bytes. Reliable messages must also fit
     /// `room` with every field explicit, so the frame still fits after its unreliable
-    /// messages are stripped for a resend. Returns the frame id and its messages' size.
-    fn assemble(&mut self, now: Instant, ids: &impl IdPolicy, budget: usize, room: usize) -> Option<(u32, usize)> {
+    /// messages are stripped for a resend. `unreliable_only`: the frame ends at the first
+    /// message that is not unreliable data and carries no repair copies (a frame the pacer let go early for
+    /// its time-critical data). Returns the frame id and its messages' size.
+    fn assemble(
+        &mut self,
+        now: Instant,
+        ids: &impl IdPolicy,
+        budget: usize,
+        room: usize,
+        unreliable_only: bool,
+    ) -> Option<(u32, usize)> {
         let first = self.inflight.store_end();
         let mut run = RunContext::default();
         let (mut used, mut explicit, mut count, mut reliable, mut last_length) = (0, 0, 0, false, 0);
         let (queued, stats) = (&mut self.queued, &mut self.stats);
-        let mut expire = |m: &OutMessage| {
-            release(queued, m);
-            stats.unreliable_expired += 1;
-        };
+        let mut expire = |m: &OutMessage| expire(queued, stats, m);
         while let Some(m) = self.queues.front(now, &mut expire) {
+            if unreliable_only && !m.is_unreliable_data() {
+                break;
+            }
             let w = m.as_wire();
             let len = run.encoded_len(&w, ids.short_id(m.channel, m.id), false);
             let exp = if m.is_reliable() { RunContext::explicit_len(&w) } else { 0 };
@@ -570,7 +589,7 @@ impl Transfer {
         // yet acknowledged: if their datagram was lost, the copy delivers them a datagram
         // later instead of an RTO later.
         let own = self.inflight.store_end();
-        while let Some(&(at, sent)) = self.repair.front() {
+        while let Some(&(at, sent)) = self.repair.front().filter(|_| !unreliable_only) {
             let Some(original) = self.inflight.message_at(at) else {
                 self.repair.pop_front();
                 continue;
@@ -617,6 +636,12 @@ impl Transfer {
         }
         self.probe_at = (!self.repair.is_empty()).then(|| now + self.probe_delay());
         Some((id, len))
+    }
+
+    /// Whether the next message assembly takes (after dropping expired ones) is unreliable.
+    fn unreliable_next(&mut self, now: Instant) -> bool {
+        let (queued, stats) = (&mut self.queued, &mut self.stats);
+        self.queues.front(now, |m| expire(queued, stats, m)).is_some_and(OutMessage::is_unreliable_data)
     }
 
     /// How long after a datagram with repair candidates a tail-loss probe waits for a
@@ -944,6 +969,13 @@ impl Transfer {
     pub(crate) fn next_frame_id(&self) -> u32 {
         self.inflight.next_id()
     }
+}
+
+/// An unreliable message passed its deadline unsent: its bytes leave the queue, and it is
+/// counted.
+fn expire(queued: &mut [usize], stats: &mut TransferStats, m: &OutMessage) {
+    release(queued, m);
+    stats.unreliable_expired += 1;
 }
 
 fn release(queued: &mut [usize], m: &OutMessage) {

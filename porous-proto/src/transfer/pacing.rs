@@ -9,8 +9,14 @@
 //! needs no wake-up between ticks to reach the rate, while an event-driven caller is woken
 //! at [`Pacer::ready_at`] (the transfer layer's pacing timer) and sends smoothly.
 //!
+//! Time-critical data is not held behind what the bucket spreads out: a datagram of
+//! unreliable messages alone may leave while the bucket is less than one datagram in
+//! debt ([`Pacer::allows_urgent`]); the data behind it then waits the debt off, so the
+//! rate holds over time and the burst it adds is at most one datagram.
+//!
 //! Invariant: over any interval in which the rate does not change, the bytes sent are at
-//! most the rate times the interval, plus the depth, plus one datagram.
+//! most the rate times the interval, plus the depth, plus two datagrams (one for a send
+//! that took the bucket below zero, one for an urgent send below that).
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +59,12 @@ impl Pacer {
     /// Whether a datagram may leave now.
     pub(crate) fn allows(&self) -> bool {
         self.tokens > 0
+    }
+
+    /// Whether a datagram of time-critical data may leave now: the bucket is less than
+    /// one datagram of `mtu` in debt.
+    pub(crate) fn allows_urgent(&self, mtu: usize) -> bool {
+        self.tokens > -i64::try_from(mtu).unwrap_or(i64::MAX)
     }
 
     /// A datagram of `bytes` left.
@@ -123,21 +135,23 @@ mod tests {
                 let d = depth(rate, step, mtu);
                 max_depth = max_depth.max(d);
                 p.refill(now, rate, d);
-                for _ in 0..tries % 20 {
-                    if p.allows() {
+                for i in 0..tries % 20 {
+                    // Every third try is time-critical data, which may go a datagram
+                    // further into debt.
+                    if p.allows() || (i % 3 == 2 && p.allows_urgent(mtu)) {
                         p.spend(mtu);
                         log.push((now, mtu));
                     }
                 }
             }
-            // Any window [a, b] of the log: bytes <= rate (b - a) + depth + one datagram.
+            // Any window [a, b] of the log: bytes <= rate (b - a) + depth + two datagrams.
             for i in 0..log.len() {
                 let mut bytes = 0u128;
                 for j in i..log.len() {
                     bytes += log[j].1 as u128;
                     let span = log[j].0 - log[i].0;
                     let budget =
-                        u128::from(rate) * span.as_nanos() / 1_000_000_000 + u128::from(max_depth) + mtu as u128;
+                        u128::from(rate) * span.as_nanos() / 1_000_000_000 + u128::from(max_depth) + 2 * mtu as u128;
                     if bytes > budget {
                         return TestResult::error(format!("{bytes} bytes over {span:?} at {rate} B/s"));
                     }

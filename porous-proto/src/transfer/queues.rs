@@ -123,7 +123,7 @@ impl OutMessage {
         self.payload.len() + 8
     }
 
-    fn is_unreliable_data(&self) -> bool {
+    pub(crate) fn is_unreliable_data(&self) -> bool {
         self.kind == MessageKind::Fragment(SendMode::Unreliable)
     }
 }

@@ -451,3 +451,33 @@ fn a_one_way_stream_is_acknowledged_every_second_frame_without_spurious_resends(
     assert_eq!((s.frames_lost, s.frames_resent), (0, 0), "no resend on a lossless link: {s:?}");
     assert!(a.is_idle(), "everything acknowledged");
 }
+
+#[test]
+fn unreliable_data_is_not_held_behind_reliable_data_the_pacer_spreads() {
+    // Eight 1,000-byte reliable messages (a fragmented bulk packet) leave at the pacing
+    // rate; a tick's unreliable state queued meanwhile goes at once, alone, and the
+    // reliable data behind it waits for the pacer.
+    let t0 = Instant::now();
+    let key = Key::connection(1, 2);
+    let mut a = Transfer::new(cfg(1200), 0, 0);
+    let b = Transfer::new(cfg(1200), 0, 0);
+    for id in 0..8 {
+        a.enqueue(Priority::High, message(0, id, SendMode::Reliable, 1000));
+    }
+    let first = flush(&mut a, t0, key);
+    assert!(first.len() < 8 && a.pacing_deadline().is_some(), "the pacer holds the rest back");
+    a.enqueue(Priority::High, message(1, 99, SendMode::Unreliable, 100));
+    let urgent = flush(&mut a, t0, key);
+    assert_eq!(frame_ids(&urgent, &b, key), vec![vec![99]], "the state alone, at once");
+    assert!(flush(&mut a, t0, key).is_empty(), "the reliable data still waits");
+    // At most one datagram beyond the pacer's usual debt: a stream of states at the same
+    // instant stops once the pacer is a datagram in debt.
+    for id in 100..120 {
+        a.enqueue(Priority::High, message(1, id, SendMode::Unreliable, 300));
+    }
+    let more: usize = flush(&mut a, t0, key).iter().map(Bytes::len).sum();
+    assert!(more <= 1200, "{more} bytes of states beyond the pacer's allowance");
+    // Once the pacer has refilled, the reliable data goes on.
+    let later = a.pacing_deadline().expect("data waits");
+    assert!(!flush(&mut a, later, key).is_empty());
+}
