@@ -11,7 +11,7 @@ mod workloads;
 use std::time::Duration;
 
 use porous_proto::CongestionControl;
-use workloads::{SEC, bulk, config, game, link, queueing, share};
+use workloads::{SEC, beside_bulk, bulk, config, game, link, queueing, share};
 
 /// How much work: full under `cargo bench`, a smoke run otherwise.
 struct Scale {
@@ -170,15 +170,38 @@ fn game_table(s: &Scale) -> String {
     t
 }
 
+/// Issue 17: a tick's unreliable state beside a fragmented reliable packet.
+fn beside_table(s: &Scale) -> String {
+    let mut t = String::from(
+        "| loss | state p50 / p99 (ms) | state delivered | 8 KB packet p50 / p99 (ms) |\n|---:|---:|---:|---:|\n",
+    );
+    for loss in [0.0, 0.05, 0.20] {
+        let c = link(loss, 0, 0);
+        let runs: Vec<_> = (1..=s.seeds).map(|seed| beside_bulk(seed, c, &config(MODEL, true), s.ticks)).collect();
+        let q = |f: &dyn Fn(&workloads::Beside) -> f64| summary(runs.iter().map(f).collect(), 1);
+        t += &format!(
+            "| {:.0}% | {} / {} | {}% | {} / {} |\n",
+            loss * 100.0,
+            q(&|b| b.state.quantile(0.5)),
+            q(&|b| b.state.quantile(0.99)),
+            q(&|b| b.state.delivered() * 100.0),
+            q(&|b| b.bulk.quantile(0.5)),
+            q(&|b| b.bulk.quantile(0.99)),
+        );
+    }
+    t
+}
+
 fn main() {
     let s = scale();
     let print_only = std::env::args().any(|a| a == "--print") || s.seeds == 1;
-    let sections: [(&str, String); 5] = [
+    let sections: [(&str, String); 6] = [
         ("netsim", workloads::presets::table()),
         ("loss", loss_table(&s)),
         ("share", share_table(&s)),
         ("queue", queue_table(&s)),
         ("game", game_table(&s)),
+        ("beside", beside_table(&s)),
     ];
     for (name, table) in &sections {
         println!("{name}:\n{table}");

@@ -331,6 +331,63 @@ pub(crate) fn game(seed: u64, ab: LinkConditions, ba: LinkConditions, cfg: &Host
     g
 }
 
+/// What a tick's state measured beside bulk data.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Beside {
+    /// Unreliable, every tick (200 bytes).
+    pub(crate) state: Latency,
+    /// Reliable, three times a second (8,000 bytes: seven fragments).
+    pub(crate) bulk: Latency,
+}
+
+/// Issue 17: a tick's unreliable state beside a fragmented reliable packet on another
+/// channel of the same priority: from a to b, a 200-byte state every tick (channel 1) and
+/// an 8,000-byte reliable packet three times a second (channel 3), as the README demo
+/// sends. The pacer spreads the packet's fragments at the rate the flow has shown, so a
+/// state queued behind them waits unless it may pass.
+pub(crate) fn beside_bulk(seed: u64, c: LinkConditions, cfg: &HostConfig, ticks: u32) -> Beside {
+    let (mut net, pa, _) = pair(seed, c, c, cfg);
+    let b = addr(2);
+    let tick = Duration::from_micros(16_667);
+    let mut sent_at: [Vec<Duration>; 2] = Default::default();
+    let mut samples: [Vec<f64>; 2] = Default::default();
+    let read = |net: &mut Network, samples: &mut [Vec<f64>; 2], sent_at: &[Vec<Duration>; 2]| {
+        let now = net.elapsed();
+        while let Some(e) = net.poll_event(b) {
+            if let Event::Received { data, .. } = e
+                && let (Some(&kind), Some(index)) = (data.first(), data.get(1..5))
+            {
+                let i = u32::from_le_bytes([index[0], index[1], index[2], index[3]]) as usize;
+                if let Some(at) = sent_at.get(usize::from(kind)).and_then(|v| v.get(i)) {
+                    samples[usize::from(kind)].push((now - *at).as_secs_f64() * 1000.0);
+                }
+            }
+        }
+    };
+    for i in 0..ticks {
+        let now = net.elapsed();
+        let mut send = |net: &mut Network, kind: u8, channel, mode, len| {
+            let index = sent_at[usize::from(kind)].len() as u32;
+            let mut v = vec![kind; len];
+            v[1..5].copy_from_slice(&index.to_le_bytes());
+            if net.host_mut(addr(1)).send(pa, channel, Bytes::from(v), mode).is_ok() {
+                sent_at[usize::from(kind)].push(now);
+            }
+        };
+        send(&mut net, 0, 1, SendMode::Unreliable, 200);
+        if i % 20 == 0 {
+            send(&mut net, 1, 3, SendMode::Reliable, 8_000);
+        }
+        net.run_for(tick, |net| read(net, &mut samples, &sent_at));
+    }
+    net.run_for(30 * SEC, |net| read(net, &mut samples, &sent_at));
+    let [state, bulk] = samples;
+    Beside {
+        state: Latency { samples: state, sent: sent_at[0].len() },
+        bulk: Latency { samples: bulk, sent: sent_at[1].len() },
+    }
+}
+
 /// The presets table: for each simulator preset (and a plain 25 ms link with 5% and 30%
 /// random loss), one seed (2026): a one-way bulk transfer and a one-way 60 Hz game.
 pub(crate) mod presets {
