@@ -237,6 +237,39 @@ impl Latency {
     }
 }
 
+/// A packet of `len` bytes that says what it is: its kind in the first byte, its index
+/// among the packets of that kind in the next four.
+fn tagged(kind: u8, index: u32, len: usize) -> Bytes {
+    let mut v = vec![kind; len];
+    v[1..5].copy_from_slice(&index.to_le_bytes());
+    Bytes::from(v)
+}
+
+/// Drains the events of `hosts`, adding each [`tagged`] packet received to its kind's
+/// latencies (ms since `sent_at` of its kind and index).
+fn read_latencies<const N: usize>(
+    net: &mut Network,
+    hosts: &[SocketAddr],
+    samples: &mut [Vec<f64>; N],
+    sent_at: &[Vec<Duration>; N],
+) {
+    let now = net.elapsed();
+    for &host in hosts {
+        while let Some(e) = net.poll_event(host) {
+            if let Event::Received { data, .. } = e
+                && let (Some(&kind), Some(index)) = (data.first(), data.get(1..5))
+            {
+                let i = u32::from_le_bytes([index[0], index[1], index[2], index[3]]) as usize;
+                if let (Some(at), Some(v)) =
+                    (sent_at.get(usize::from(kind)).and_then(|v| v.get(i)), samples.get_mut(usize::from(kind)))
+                {
+                    v.push((now - *at).as_secs_f64() * 1000.0);
+                }
+            }
+        }
+    }
+}
+
 /// What the game measured.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Game {
@@ -274,30 +307,13 @@ pub(crate) fn game(seed: u64, ab: LinkConditions, ba: LinkConditions, cfg: &Host
     let mut srtt_error = 0.0;
     let mut samples = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     let read = |net: &mut Network, samples: &mut [Vec<f64>; KINDS], sent_at: &[Vec<Duration>; KINDS]| {
-        let now = net.elapsed();
-        for host in [a, b] {
-            while let Some(e) = net.poll_event(host) {
-                if let Event::Received { data, .. } = e
-                    && let (Some(&kind), Some(index)) = (data.first(), data.get(1..5))
-                {
-                    let i = u32::from_le_bytes([index[0], index[1], index[2], index[3]]) as usize;
-                    if let Some(at) = sent_at.get(usize::from(kind)).and_then(|v| v.get(i)) {
-                        samples[usize::from(kind)].push((now - *at).as_secs_f64() * 1000.0);
-                    }
-                }
-            }
-        }
-    };
-    let packet = |kind: u8, i: u32, len: usize| {
-        let mut v = vec![kind; len];
-        v[1..5].copy_from_slice(&i.to_le_bytes());
-        Bytes::from(v)
+        read_latencies(net, &[a, b], samples, sent_at);
     };
     for i in 0..ticks {
         let now = net.elapsed();
         let mut send = |net: &mut Network, kind: u8, (from, peer): (SocketAddr, PeerId), channel, mode, len| {
             let index = sent_at[usize::from(kind)].len() as u32;
-            if net.host_mut(from).send(peer, channel, packet(kind, index, len), mode).is_ok() {
+            if net.host_mut(from).send(peer, channel, tagged(kind, index, len), mode).is_ok() {
                 sent_at[usize::from(kind)].push(now);
             }
         };
@@ -352,25 +368,13 @@ pub(crate) fn beside_bulk(seed: u64, c: LinkConditions, cfg: &HostConfig, ticks:
     let mut sent_at: [Vec<Duration>; 2] = Default::default();
     let mut samples: [Vec<f64>; 2] = Default::default();
     let read = |net: &mut Network, samples: &mut [Vec<f64>; 2], sent_at: &[Vec<Duration>; 2]| {
-        let now = net.elapsed();
-        while let Some(e) = net.poll_event(b) {
-            if let Event::Received { data, .. } = e
-                && let (Some(&kind), Some(index)) = (data.first(), data.get(1..5))
-            {
-                let i = u32::from_le_bytes([index[0], index[1], index[2], index[3]]) as usize;
-                if let Some(at) = sent_at.get(usize::from(kind)).and_then(|v| v.get(i)) {
-                    samples[usize::from(kind)].push((now - *at).as_secs_f64() * 1000.0);
-                }
-            }
-        }
+        read_latencies(net, &[b], samples, sent_at);
     };
     for i in 0..ticks {
         let now = net.elapsed();
         let mut send = |net: &mut Network, kind: u8, channel, mode, len| {
             let index = sent_at[usize::from(kind)].len() as u32;
-            let mut v = vec![kind; len];
-            v[1..5].copy_from_slice(&index.to_le_bytes());
-            if net.host_mut(addr(1)).send(pa, channel, Bytes::from(v), mode).is_ok() {
+            if net.host_mut(addr(1)).send(pa, channel, tagged(kind, index, len), mode).is_ok() {
                 sent_at[usize::from(kind)].push(now);
             }
         };
