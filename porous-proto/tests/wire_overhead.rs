@@ -162,7 +162,7 @@ fn table() -> String {
     writeln!(t, "| **POROUS** (this encoder) | **{single} B** (check included) | **{per_additional:.1} B** |").unwrap();
     writeln!(
         t,
-        "| **POROUS, secure mode** | **{single_sealed} B** (4-byte counter and 16-byte tag included) | **{per_additional:.1} B** |"
+        "| **POROUS, secure mode** | **{single_sealed} B** (4-byte counter, 16-byte tag and 4-byte digest of the ids in place of the check) | **{per_additional:.1} B** |"
     )
     .unwrap();
     t.push_str("| ENet 1.3.17 | 10 B (no checksum) | about 6 B |\n");

@@ -65,7 +65,7 @@ pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
 pub(crate) use secure::SecureState;
 pub(crate) use session::Session;
-use session::{FrameMessages, Opening, initial_windows};
+use session::{FrameMessages, initial_windows};
 pub(crate) use settings::Settings;
 use timers::{Timer, Timers};
 
@@ -638,12 +638,12 @@ impl Peer {
         out: &mut Outputs,
     ) -> Result<(), wire::DecodeError> {
         let Some((_, recv)) = self.keys() else { return Ok(()) };
-        self.receive(now, datagram, Opening::Plain(recv), out).map(|_| ())
+        self.receive(now, datagram, recv, out)
     }
 
     /// Secure mode: a sealed connection datagram. It is checked against the replay window,
-    /// decrypted into `arena` (delivered packets are slices of the plaintext), verified
-    /// and only then processed; its counter is marked as received once it verified.
+    /// verified and decrypted in one pass into `arena` (delivered packets are slices of the
+    /// plaintext), its counter marked as received, and then its plaintext processed.
     pub(crate) fn handle_sealed_data(
         &mut self,
         now: Instant,
@@ -662,40 +662,39 @@ impl Peer {
             }
         })?;
         let buf = arena.room(1 + parts.ciphertext.len());
-        buf.extend_from_slice(&[parts.ty]);
-        buf.extend_from_slice(parts.ciphertext);
-        if let Some(body) = buf.get_mut(1..) {
-            wire::secure::apply_keystream(&key, n, body);
+        if !parts.open_into(&key, n, buf) {
+            self.malformed += 1;
+            return Err(wire::DecodeError::BadChecksum);
         }
         let plain = buf.split().freeze();
-        if self.receive(now, &plain, Opening::Sealed { parts, key, counter: n }, out)?
-            && let Some(s) = self.secure.as_deref_mut()
-        {
+        // Authentic from here on: the counter is spent even if the plaintext does not decode
+        // (an id the receiver expanded otherwise), so a replay of it is not decrypted again.
+        if let Some(s) = self.secure.as_deref_mut() {
             s.received(n);
         }
-        Ok(())
+        self.receive(now, &plain, Key::opened(), out)
     }
 
     /// Verifies and processes a connection datagram (`datagram`: as received in plain
-    /// mode, the plaintext in secure mode); returns whether it verified.
+    /// mode, the verified plaintext in secure mode).
     fn receive(
         &mut self,
         now: Instant,
         datagram: &Bytes,
-        opening: Opening<'_>,
+        key: Key,
         out: &mut Outputs,
-    ) -> Result<bool, wire::DecodeError> {
+    ) -> Result<(), wire::DecodeError> {
         let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
         if !active || self.remote_nonce.is_none() {
-            return Ok(false);
+            return Ok(());
         }
         if self.session.is_none() {
             // Connecting: verify against the windows as they start, before making anything.
             let Some((local, Some(remote))) = self.handshake.as_deref().map(|h| (h.local, h.remote_req)) else {
-                return Ok(false);
+                return Ok(());
             };
             let initial = initial_windows(&local, &remote);
-            if let Err(e) = session::open(datagram, &opening, &initial, |_| {}) {
+            if let Err(e) = wire::Data::decode(datagram, key, &initial) {
                 self.malformed += 1;
                 return Err(e);
             }
@@ -703,10 +702,10 @@ impl Peer {
             self.acked = true;
             self.connected(now, out);
         }
-        let Some(session) = self.session.as_deref_mut() else { return Ok(false) };
+        let Some(session) = self.session.as_deref_mut() else { return Ok(()) };
         session.stamp(now);
         let mut msgs = FrameMessages::new();
-        let data = match session.decode(datagram, &opening, &mut msgs) {
+        let data = match session.decode(datagram, key, &mut msgs) {
             Ok(d) => d,
             Err(e) => {
                 self.malformed += 1;
@@ -722,7 +721,7 @@ impl Peer {
             self.send_connection(&Control::Disconnect { code: 0 }, out);
             self.end(now, PeerState::Disconnected, DisconnectReason::Misbehaving, out);
         }
-        Ok(true)
+        Ok(())
     }
 
     // ---- application calls ---------------------------------------------------------

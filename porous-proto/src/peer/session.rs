@@ -19,30 +19,8 @@ use crate::arena::Arena;
 use crate::channel::{ChannelCounters, Channels};
 use crate::event::{SendError, SendMode};
 use crate::transfer::{Transfer, TransferConfig};
-use crate::wire::secure::{SEAL_EXTRA, SealedParts, SecretKey};
+use crate::wire::secure::{SEAL_EXTRA, SecretKey};
 use crate::wire::{ConnectRequest, Data, DecodeError, Expand, FixedRefs, Key, Message, PlainKey};
-
-/// How a received connection datagram is verified: with the plain check's key, or (secure
-/// mode) as the plaintext of a sealed datagram, with its parts, key and full counter.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Opening<'c> {
-    Plain(Key),
-    Sealed { parts: SealedParts<'c>, key: SecretKey, counter: u64 },
-}
-
-/// Decodes and verifies `input` (the datagram, or a sealed one's plaintext) as `opening`
-/// says, expanding ids with `ctx`.
-pub(crate) fn open<'d>(
-    input: &'d [u8],
-    opening: &Opening<'_>,
-    ctx: &impl Expand,
-    each: impl FnMut(Message<'d>),
-) -> Result<Data<'d>, DecodeError> {
-    match opening {
-        Opening::Plain(key) => Data::decode_with(input, *key, ctx, each),
-        Opening::Sealed { parts, key, counter } => Data::decode_sealed(input, parts, key, *counter, ctx, each),
-    }
-}
 
 #[derive(Debug)]
 pub(crate) struct Session {
@@ -152,11 +130,11 @@ impl Session {
     pub(crate) fn decode<'d>(
         &self,
         datagram: &'d [u8],
-        opening: &Opening<'_>,
+        key: Key,
         msgs: &mut FrameMessages<'d>,
     ) -> Result<Data<'d>, DecodeError> {
         msgs.clear();
-        let data = open(datagram, opening, &self.windows(), |m| msgs.push(m));
+        let data = Data::decode_with(datagram, key, &self.windows(), |m| msgs.push(m));
         if data.is_err() {
             msgs.clear();
         }

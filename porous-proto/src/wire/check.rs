@@ -23,7 +23,7 @@
 //! against an on-path attacker who can read the handshake.
 
 use super::WIRE_VERSION;
-use super::secure::{Mac, SEAL_EXTRA, SecretKey};
+use super::secure::{SEAL_EXTRA, SecretKey};
 
 /// How a datagram is checked: in plain mode a precomputed checksum key (the CRC state after
 /// the key material); in secure mode a connection key and the datagram's counter, which
@@ -35,6 +35,7 @@ pub struct Key(Inner);
 enum Inner {
     Crc(u32),
     Sealed { key: SecretKey, counter: u64 },
+    Opened,
 }
 
 impl core::fmt::Debug for Key {
@@ -85,21 +86,30 @@ impl Key {
     }
 
     /// Secure mode: a connection datagram sealed with `key` as the sender's datagram number
-    /// `counter` (each counter seals one datagram only). Only [`DataWriter`] and
-    /// [`Data::decode_sealed`] take such a key; control datagrams have their own sealed
-    /// layouts in `wire::secure`.
+    /// `counter` (each counter seals one datagram only). Only [`DataWriter`] takes such a
+    /// key; control datagrams have their own sealed layouts in `wire::secure`.
     ///
     /// [`DataWriter`]: super::DataWriter
-    /// [`Data::decode_sealed`]: super::Data::decode_sealed
     pub fn sealed(key: SecretKey, counter: u64) -> Self {
         Self(Inner::Sealed { key, counter })
+    }
+
+    /// Secure mode, receiving: the plaintext of a sealed data datagram whose tag verified
+    /// ([`SealedParts::open_into`]), which ends with the digest of its full ids instead of
+    /// a check. [`Data::decode`] takes it; what it verifies is only that every truncated
+    /// id expanded as the sender meant (the tag already authenticated the rest).
+    ///
+    /// [`SealedParts::open_into`]: super::secure::SealedParts::open_into
+    /// [`Data::decode`]: super::Data::decode
+    pub fn opened() -> Self {
+        Self(Inner::Opened)
     }
 
     /// Bytes a datagram checked with this key takes beyond the same datagram in plain mode:
     /// 0, or [`SEAL_EXTRA`] for a sealed one.
     pub fn extra_len(&self) -> usize {
         match self.0 {
-            Inner::Crc(_) => 0,
+            Inner::Crc(_) | Inner::Opened => 0,
             Inner::Sealed { .. } => SEAL_EXTRA,
         }
     }
@@ -107,7 +117,7 @@ impl Key {
     /// The sealing key and counter, in secure mode.
     pub(crate) fn sealing(&self) -> Option<(SecretKey, u64)> {
         match self.0 {
-            Inner::Crc(_) => None,
+            Inner::Crc(_) | Inner::Opened => None,
             Inner::Sealed { key, counter } => Some((key, counter)),
         }
     }
@@ -130,32 +140,27 @@ impl Key {
 }
 
 /// A running check over a datagram's logical content: a keyed CRC in plain mode; in secure
-/// mode the Poly1305 authenticator, which takes only the full values of truncated fields
-/// as associated data (the bytes themselves are its ciphertext, authenticated at the end).
+/// mode a CRC-32 of the full values of truncated fields alone, the digest that ends a
+/// sealed datagram's plaintext (the AEAD authenticates the bytes themselves;
+/// `wire::secure::ID_DIGEST_LEN` says why the digest is enough).
 #[derive(Debug)]
-#[allow(
-    clippy::large_enum_variant,
-    reason = "lives on the stack for one datagram's encoding or decoding; boxing the MAC would allocate per datagram"
-)]
 pub(crate) enum Check {
     Crc(crc32fast::Hasher),
-    Sealed(Mac),
+    Sealed(crc32fast::Hasher),
 }
 
 impl Check {
     pub(crate) fn new(key: Key) -> Self {
         match key.0 {
             Inner::Crc(k) => Self::Crc(crc32fast::Hasher::new_with_initial(k)),
-            Inner::Sealed { key, counter } => Self::Sealed(Mac::new(&key, counter)),
+            Inner::Sealed { .. } | Inner::Opened => Self::Sealed(crc32fast::Hasher::new()),
         }
     }
 
     pub(crate) fn bytes(&mut self, bytes: &[u8]) {
         match self {
             Self::Crc(h) => h.update(bytes),
-            Self::Sealed(mac) => {
-                let _ = (mac, bytes);
-            }
+            Self::Sealed(_) => {}
         }
     }
 
@@ -163,15 +168,14 @@ impl Check {
     pub(crate) fn full_id(&mut self, full: u32) {
         match self {
             Self::Crc(h) => h.update(&full.to_le_bytes()),
-            Self::Sealed(mac) => mac.ad(&full.to_le_bytes()),
+            Self::Sealed(h) => h.update(&full.to_le_bytes()),
         }
     }
 
-    /// The CRC (plain mode; a sealed check has none and yields 0, which no caller uses).
+    /// The CRC: the check itself in plain mode, the digest of the full ids in secure mode.
     pub(crate) fn finish(self) -> u32 {
         match self {
-            Self::Crc(h) => h.finalize(),
-            Self::Sealed(_) => 0,
+            Self::Crc(h) | Self::Sealed(h) => h.finalize(),
         }
     }
 }
@@ -179,7 +183,7 @@ impl Check {
 /// Computes the check of a datagram with no truncated fields and compares it with the last
 /// four bytes.
 pub(crate) fn verify_plain(datagram: &[u8], key: Key) -> bool {
-    if key.sealing().is_some() {
+    if !matches!(key.0, Inner::Crc(_)) {
         // A sealed key has no CRC: nothing verifies against it here.
         return false;
     }

@@ -34,7 +34,7 @@ use bytes::BufMut;
 use super::check::{Check, Key};
 use super::codec::{Reader, put_uint, put_varint, varint_len};
 use super::message::{FullIds, IgnoreFullIds, Message, RunContext};
-use super::secure::{self, SEALED_HEADER, SealedParts, SecretKey};
+use super::secure::{self, SEALED_HEADER};
 use super::{CHECK_LEN, DecodeError, Field};
 use crate::seq::{FRAME_WINDOW, SeqSpace};
 
@@ -203,10 +203,9 @@ impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
             ty |= Q;
         }
         w.out.put_u8(ty);
-        if let (Some((_, counter)), Check::Sealed(mac)) = (key.sealing(), &mut w.check) {
+        if let Some((_, counter)) = key.sealing() {
             // The clear header, the start of the associated data.
             w.out.put_u32_le(counter as u32);
-            mac.ad(w.out.as_ref().get(start..).unwrap_or_default());
             w.checked = start + SEALED_HEADER;
         }
         if let Some((id, bytes)) = header.frame {
@@ -278,10 +277,12 @@ impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
     /// datagram's length.
     pub fn finish(self) -> usize {
         match (self.check, self.key.sealing()) {
-            (Check::Sealed(mac), Some((key, counter))) => {
-                let body = self.out.as_mut().get_mut(self.start + SEALED_HEADER..).unwrap_or_default();
-                secure::apply_keystream(&key, counter, body);
-                let tag = mac.tag(body);
+            (check @ Check::Sealed(_), Some((key, counter))) => {
+                // The digest of the full ids ends the plaintext, sealed with the rest.
+                self.out.put_u32_le(check.finish());
+                let datagram = self.out.as_mut().get_mut(self.start..).unwrap_or_default();
+                let (head, body) = datagram.split_at_mut(SEALED_HEADER.min(datagram.len()));
+                let tag = secure::seal(&key, counter, head, body);
                 self.out.put_slice(&tag);
             }
             (mut check, _) => {
@@ -341,7 +342,8 @@ impl FullIds for Verify<'_> {
 impl<'a> Data<'a> {
     /// Decodes a connection datagram keyed with `key`, expanding truncated ids with `ctx`.
     /// Every field is validated and the check verified before this returns `Ok`; nothing is
-    /// allocated.
+    /// allocated. In secure mode the datagram is the plaintext of a sealed one and the key
+    /// [`Key::opened`].
     ///
     /// The caller must not change the state `ctx` reads until it has finished iterating
     /// [`Data::messages`], which expands ids again.
@@ -363,7 +365,8 @@ impl<'a> Data<'a> {
             return Err(DecodeError::UnknownType(ty));
         }
         if key.sealing().is_some() {
-            // Sealed datagrams are decrypted first: see `Data::decode_sealed`.
+            // A sealed datagram is opened first (`SealedParts::open_into`), then its
+            // plaintext decoded with `Key::opened`.
             return Err(DecodeError::BadChecksum);
         }
         let (body, check) = datagram.split_at(datagram.len() - CHECK_LEN);
@@ -372,42 +375,6 @@ impl<'a> Data<'a> {
             return Err(DecodeError::BadChecksum);
         }
         Ok(data)
-    }
-
-    /// Secure mode: decodes a sealed connection datagram. `plain` is its type byte followed
-    /// by its decrypted body (the receiver decrypts into its own buffer with the ChaCha20
-    /// keystream of `key` and `counter`, so delivered packets can be slices of it);
-    /// `parts` is the datagram as received and `counter` its expanded counter. Every field is
-    /// validated, then the tag is verified over the ciphertext with the full values of
-    /// truncated ids as associated data, before this returns `Ok`. Nothing may act on the
-    /// messages `each` sees before then. Every failure is [`DecodeError::BadChecksum`]: a
-    /// body that does not parse cannot be authenticated, so it is forged or corrupted.
-    pub fn decode_sealed(
-        plain: &'a [u8],
-        parts: &SealedParts<'_>,
-        key: &SecretKey,
-        counter: u64,
-        ctx: &impl Expand,
-        each: impl FnMut(Message<'a>),
-    ) -> Result<Self, DecodeError> {
-        if plain.first() != Some(&parts.ty) || parts.ty & 0x80 != 0 {
-            return Err(DecodeError::UnknownType(parts.ty));
-        }
-        // A body that does not parse did not authenticate either (an honest sender never
-        // seals one): one error for every failure, whatever garbage a wrong key, counter or
-        // flipped bit decrypted to.
-        let (data, check) = Self::parse(plain, Check::Sealed(parts.mac(key, counter)), ctx, each)
-            .map_err(|_| DecodeError::BadChecksum)?;
-        match check {
-            Check::Sealed(mac) => {
-                if mac.verify(parts.ciphertext, parts.tag) {
-                    Ok(data)
-                } else {
-                    Err(DecodeError::BadChecksum)
-                }
-            }
-            Check::Crc(_) => Err(DecodeError::BadChecksum),
-        }
     }
 
     /// The check a sender would append to `body` (a connection datagram without its check)
@@ -589,6 +556,7 @@ impl<'a, E: Expand> Iterator for Messages<'a, '_, E> {
 mod tests {
     use super::*;
     use crate::wire::message::{Fragment, MessageKind, SendMode};
+    use crate::wire::secure::{SealedParts, SecretKey};
 
     type Fixed = FixedRefs;
 
@@ -675,11 +643,12 @@ mod tests {
         ctx: &Fixed,
     ) -> Result<Vec<Message<'static>>, DecodeError> {
         let parts = SealedParts::split(bytes)?;
-        let mut plain = vec![parts.ty];
-        plain.extend_from_slice(parts.ciphertext);
-        secure::apply_keystream(key, counter, &mut plain[1..]);
-        let plain: &'static [u8] = Box::leak(plain.into_boxed_slice());
-        let d = Data::decode_sealed(plain, &parts, key, counter, ctx, |_| {})?;
+        let mut plain = bytes::BytesMut::new();
+        if !parts.open_into(key, counter, &mut plain) {
+            return Err(DecodeError::BadChecksum);
+        }
+        let plain: &'static [u8] = Box::leak(plain.to_vec().into_boxed_slice());
+        let d = Data::decode(plain, Key::opened(), ctx)?;
         Ok(d.messages(ctx).collect())
     }
 

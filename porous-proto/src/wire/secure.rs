@@ -20,19 +20,17 @@
 //!
 //! - a (key, nonce) pair seals at most one datagram: counters only grow, a reply's salt is
 //!   fresh randomness or a per-peer counter above one;
-//! - nothing is trusted before the tag verifies. A connection datagram is decrypted first
-//!   (its associated data includes the full values of truncated ids, which only the
-//!   plaintext reveals), parsed without side effects, then authenticated; whatever fails
-//!   is dropped and changes no state;
-//! - a truncated id the receiver expands differently from the sender changes the
-//!   associated data, so the tag fails: as in plain mode, an id is never misread, only
-//!   dropped.
+//! - nothing is trusted before the tag verifies: a datagram is verified and decrypted in
+//!   one pass, its associated data being its clear header alone; whatever fails is
+//!   dropped and changes no state;
+//! - a data datagram's plaintext ends with the digest of the full values of its truncated
+//!   ids where plain mode has its check ([`ID_DIGEST_LEN`]): a truncated id the receiver
+//!   expands differently from the sender fails the digest, so as in plain mode an id is
+//!   never misread, only dropped.
 
-use bytes::BufMut;
-use chacha20::cipher::{KeyIvInit, StreamCipher, StreamCipherSeek};
-use chacha20::{ChaCha20, R20, hchacha};
-use poly1305::Poly1305;
-use poly1305::universal_hash::{KeyInit, UniversalHash};
+use bytes::{BufMut, BytesMut};
+use chacha20::{R20, hchacha};
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, Tag, UnboundKey};
 
 use super::codec::Reader;
 use super::control::{T_ACK, T_CHALLENGE, T_DISCONNECT, T_DISCONNECT_ACK, T_REQUEST, T_REQUEST_ACK, read_request};
@@ -45,9 +43,10 @@ pub const TAG_LEN: usize = 16;
 pub const COUNTER_LEN: usize = 4;
 /// Length of a reply's salt.
 pub const SALT_LEN: usize = 8;
-/// Bytes a sealed connection datagram takes beyond the same datagram in plain mode:
-/// counter and tag, less the check.
-pub const SEAL_EXTRA: usize = COUNTER_LEN + TAG_LEN - CHECK_LEN;
+/// Bytes a sealed data datagram takes beyond the same datagram in plain mode: counter and
+/// tag (the digest of its ids takes the check's place). A sealed control datagram of the
+/// connection takes `SEAL_EXTRA - CHECK_LEN`: it has neither check nor digest.
+pub const SEAL_EXTRA: usize = COUNTER_LEN + TAG_LEN + ID_DIGEST_LEN - CHECK_LEN;
 /// Type byte and counter: the clear header of a sealed connection datagram.
 pub const SEALED_HEADER: usize = 1 + COUNTER_LEN;
 /// Every sealed request is padded to at least this many bytes: more than the largest
@@ -122,106 +121,47 @@ fn nonce(n: u64) -> [u8; 12] {
     out
 }
 
-/// XORs the ChaCha20 keystream of (`key`, `n`) from block 1 on into `data`: the
-/// encryption and the decryption of RFC 8439's AEAD (block 0 keys the authenticator).
-pub(crate) fn apply_keystream(key: &SecretKey, n: u64, data: &mut [u8]) {
-    let mut cipher = ChaCha20::new(&key.0.into(), &nonce(n).into());
-    cipher.seek(64u64);
-    cipher.apply_keystream(data);
-}
+/// Length of the digest that ends a sealed data datagram's plaintext: a CRC-32 (unkeyed)
+/// of the full values of its truncated ids, in the place of plain mode's check.
+///
+/// The receiver expands truncated ids from its own state; the digest carries the full
+/// values the sender meant, so a receiver that expands one differently (a datagram
+/// delayed past the ids' range) drops the datagram instead of misreading it. The digest
+/// guards against that accident only: it is encrypted and authenticated with the rest,
+/// so nobody can choose what an id expands to. It travels inside the ciphertext rather
+/// than in the associated data so the receiver can verify and decrypt in one pass: the
+/// full values are known only once the plaintext is.
+pub const ID_DIGEST_LEN: usize = CHECK_LEN;
 
-/// The authenticator of one sealed datagram: Poly1305 keyed with ChaCha20 block 0 of
-/// (`key`, `n`), fed the associated data as a stream (padded once it ends), then the
-/// ciphertext and both lengths, exactly as RFC 8439 section 2.8 computes the tag.
-pub(crate) struct Mac {
-    mac: Poly1305,
-    partial: [u8; 16],
-    filled: usize,
-    ad_len: u64,
-}
-
-impl core::fmt::Debug for Mac {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("Mac(..)")
-    }
-}
-
-impl Mac {
-    pub(crate) fn new(key: &SecretKey, n: u64) -> Self {
-        let mut cipher = ChaCha20::new(&key.0.into(), &nonce(n).into());
-        let mut one_time = [0u8; 32];
-        cipher.apply_keystream(&mut one_time);
-        Self { mac: Poly1305::new(&one_time.into()), partial: [0; 16], filled: 0, ad_len: 0 }
-    }
-
-    /// Appends associated data.
-    pub(crate) fn ad(&mut self, mut bytes: &[u8]) {
-        self.ad_len += bytes.len() as u64;
-        while !bytes.is_empty() {
-            let take = (16 - self.filled).min(bytes.len());
-            let (now, rest) = bytes.split_at(take);
-            if let Some(dst) = self.partial.get_mut(self.filled..self.filled + take) {
-                dst.copy_from_slice(now);
-            }
-            self.filled += take;
-            bytes = rest;
-            if self.filled == 16 {
-                self.mac.update(&[self.partial.into()]);
-                self.filled = 0;
-            }
-        }
-    }
-
-    /// Ends the associated data, authenticates `ciphertext` and the lengths.
-    fn finish(mut self, ciphertext: &[u8]) -> poly1305::Block {
-        if self.filled > 0 {
-            // Zero padding to a whole block, as RFC 8439 pads the associated data.
-            let mut block = [0u8; 16];
-            if let (Some(dst), Some(src)) = (block.get_mut(..self.filled), self.partial.get(..self.filled)) {
-                dst.copy_from_slice(src);
-            }
-            self.mac.update(&[block.into()]);
-        }
-        self.mac.update_padded(ciphertext);
-        let mut lengths = [0u8; 16];
-        lengths[..8].copy_from_slice(&self.ad_len.to_le_bytes());
-        lengths[8..].copy_from_slice(&(ciphertext.len() as u64).to_le_bytes());
-        self.mac.update(&[lengths.into()]);
-        self.mac.finalize()
-    }
-
-    /// The tag of `ciphertext` after the associated data fed so far.
-    pub(crate) fn tag(self, ciphertext: &[u8]) -> [u8; TAG_LEN] {
-        self.finish(ciphertext).into()
-    }
-
-    /// Whether `tag` is the tag of `ciphertext` after the associated data fed so far,
-    /// compared in constant time.
-    pub(crate) fn verify(self, ciphertext: &[u8], tag: &[u8]) -> bool {
-        let Ok(expected) = <[u8; TAG_LEN]>::try_from(tag) else { return false };
-        let computed: [u8; TAG_LEN] = self.finish(ciphertext).into();
-        computed.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+/// The one AEAD key object for `key`: ChaCha20-Poly1305 as RFC 8439 defines it.
+fn aead_key(key: &SecretKey) -> LessSafeKey {
+    // The algorithm takes any 32-byte key; `SecretKey` holds exactly 32 bytes.
+    match UnboundKey::new(&CHACHA20_POLY1305, &key.0) {
+        Ok(k) => LessSafeKey::new(k),
+        Err(_) => unreachable!("ChaCha20-Poly1305 keys are 32 bytes"),
     }
 }
 
 /// Encrypts `body` in place under (`key`, `n`) with associated data `ad`; returns the tag.
 pub(crate) fn seal(key: &SecretKey, n: u64, ad: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
-    let mut mac = Mac::new(key, n);
-    mac.ad(ad);
-    apply_keystream(key, n, body);
-    mac.tag(body)
+    let nonce = Nonce::assume_unique_for_key(nonce(n));
+    match aead_key(key).seal_in_place_separate_tag(nonce, Aad::from(ad), body) {
+        Ok(tag) => {
+            let mut out = [0u8; TAG_LEN];
+            out.copy_from_slice(tag.as_ref());
+            out
+        }
+        // Only a body over 256 GiB fails: no datagram is.
+        Err(_) => unreachable!("a datagram is far below ChaCha20-Poly1305's length limit"),
+    }
 }
 
 /// Verifies `tag` over `ad` and the ciphertext `body`, then decrypts `body` in place.
-/// Leaves `body` untouched and returns false if the tag is wrong.
+/// Leaves `body` unusable and returns false if the tag is wrong.
 pub(crate) fn open(key: &SecretKey, n: u64, ad: &[u8], body: &mut [u8], tag: &[u8]) -> bool {
-    let mut mac = Mac::new(key, n);
-    mac.ad(ad);
-    if !mac.verify(body, tag) {
-        return false;
-    }
-    apply_keystream(key, n, body);
-    true
+    let Ok(tag) = Tag::try_from(tag) else { return false };
+    let nonce = Nonce::assume_unique_for_key(nonce(n));
+    aead_key(key).open_in_place_separate_tag(nonce, Aad::from(ad), tag, body, 0..).is_ok()
 }
 
 /// Expands a counter's low 32 bits to the 64-bit counter nearest `reference` (the newest
@@ -335,12 +275,19 @@ impl<'a> SealedParts<'a> {
         h
     }
 
-    /// An authenticator of this datagram under `key` with its full counter `n`, fed the
-    /// clear header; the caller adds the full values of truncated ids, then verifies.
-    pub(crate) fn mac(&self, key: &SecretKey, n: u64) -> Mac {
-        let mut mac = Mac::new(key, n);
-        mac.ad(&self.header());
-        mac
+    /// Verifies and decrypts this datagram under `key` with its full counter `n` into
+    /// `plain`: the type byte, then the decrypted body (for a data datagram, its fields
+    /// and the digest of its ids, to decode with [`Key::opened`](super::Key::opened)).
+    /// Nothing is written and false returned if the tag is wrong.
+    pub fn open_into(&self, key: &SecretKey, n: u64, plain: &mut BytesMut) -> bool {
+        let start = plain.len();
+        plain.extend_from_slice(&[self.ty]);
+        plain.extend_from_slice(self.ciphertext);
+        let opened = plain.get_mut(start + 1..).is_some_and(|body| open(key, n, &self.header(), body, self.tag));
+        if !opened {
+            plain.truncate(start);
+        }
+        opened
     }
 }
 
@@ -560,8 +507,7 @@ mod tests {
             expected_tag,
             [0x1a, 0xe1, 0x0b, 0x59, 0x4f, 0x09, 0xe2, 0x6a, 0x7e, 0x90, 0x2e, 0xcb, 0xd0, 0x60, 0x06, 0x91]
         );
-        // Our nonce is four zero bytes and a u64: compare with the crate on such nonces,
-        // associated data fed in pieces of every split.
+        // Our nonce is four zero bytes and a u64: compare with the crate on such nonces.
         for n in [0u64, 1, 0x4746_4544_4342_4140, u64::MAX] {
             let mut theirs = plaintext.to_vec();
             let their_tag: [u8; 16] =
@@ -570,12 +516,6 @@ mod tests {
             let mut ours = plaintext.to_vec();
             assert_eq!(seal(&k, n, &ad, &mut ours), their_tag);
             assert_eq!(ours, theirs);
-            for split in 0..=ad.len() {
-                let mut mac = Mac::new(&k, n);
-                mac.ad(&ad[..split]);
-                mac.ad(&ad[split..]);
-                assert!(mac.verify(&theirs, &their_tag));
-            }
             assert!(open(&k, n, &ad, &mut ours, &their_tag));
             assert_eq!(ours, plaintext);
         }
@@ -613,11 +553,13 @@ mod tests {
             b[i / 8] ^= 1 << (i % 8);
             assert!(!open(&KEY, 9, b"head", &mut b, &tag));
         }
+        // A failed open leaves the body unusable: each attempt takes a fresh copy.
+        assert!(!open(&KEY, 10, b"head", &mut body.clone(), &tag), "another nonce");
+        assert!(!open(&KEY, 9, b"hea", &mut body.clone(), &tag), "other associated data");
+        assert!(!open(&KEY, 9, b"head", &mut body.clone(), &tag[..15]), "a short tag");
         let mut b = body.clone();
-        assert!(!open(&KEY, 10, b"head", &mut b, &tag), "another nonce");
-        assert!(!open(&KEY, 9, b"hea", &mut b, &tag), "other associated data");
-        assert!(!open(&KEY, 9, b"head", &mut b, &tag[..15]), "a short tag");
         assert!(open(&KEY, 9, b"head", &mut b, &tag));
+        assert_eq!(b, b"hello, sealed world");
     }
 
     #[test]
