@@ -764,7 +764,7 @@ impl World {
             (Some(req), Some(Control::RequestAck(server))) => {
                 let key = t.keys().0.derive(Use::ClientToServer, req.nonce, server.nonce);
                 let mut out = Vec::new();
-                sealed::encode_sealed_control(&mut out, &Control::Ack, &key, 0);
+                sealed::encode_sealed_control(&mut out, &Control::Ack, &sealed::AeadKey::new(key), 0);
                 self.stranger_to_server(i, &out);
                 if let Some(st) = self.strangers.get_mut(usize::from(i)) {
                     st.proven = true;

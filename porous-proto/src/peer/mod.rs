@@ -662,7 +662,7 @@ impl Peer {
             }
         })?;
         let buf = arena.room(1 + parts.ciphertext.len());
-        if !parts.open_into(&key, n, buf) {
+        if !parts.open_into(key, n, buf) {
             self.malformed += 1;
             return Err(wire::DecodeError::BadChecksum);
         }

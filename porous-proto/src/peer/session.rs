@@ -19,7 +19,7 @@ use crate::arena::Arena;
 use crate::channel::{ChannelCounters, Channels};
 use crate::event::{SendError, SendMode};
 use crate::transfer::{Transfer, TransferConfig};
-use crate::wire::secure::{SEAL_EXTRA, SecretKey};
+use crate::wire::secure::{AeadKey, SEAL_EXTRA, TAG_LEN};
 use crate::wire::{ConnectRequest, Data, DecodeError, Expand, FixedRefs, Key, Message, PlainKey};
 
 #[derive(Debug)]
@@ -163,13 +163,13 @@ impl Session {
     }
 
     /// Runs timers and writes every datagram the windows allow now: checked with the
-    /// session's key, or in secure mode sealed with `sealing`'s key, each with the next
+    /// session's key, or in secure mode sealed with `sealing`'s cipher, each with the next
     /// value of its counter.
     pub(crate) fn flush(
         &mut self,
         now: Instant,
         arena: &mut Arena,
-        mut sealing: Option<(SecretKey, &mut u64)>,
+        mut sealing: Option<(&AeadKey, &mut u64)>,
         mut emit: impl FnMut(Bytes),
     ) {
         self.transfer.on_timeout(now);
@@ -177,11 +177,14 @@ impl Session {
         loop {
             let out = arena.room(self.mtu);
             let key = match &sealing {
-                Some((key, counter)) => Key::sealed(*key, **counter),
+                Some((_, counter)) => Key::unsealed(**counter),
                 None => self.send_key.key(),
             };
-            let Some(n) = self.transfer.poll_datagram(now, key, &self.channels, out) else { break };
-            if let Some((_, counter)) = &mut sealing {
+            let Some(mut n) = self.transfer.poll_datagram(now, key, &self.channels, out) else { break };
+            if let Some((cipher, counter)) = &mut sealing {
+                let tag = out.get_mut(..n).map(|d| cipher.seal_datagram(**counter, d));
+                out.extend_from_slice(&tag.unwrap_or_default());
+                n += TAG_LEN;
                 **counter += 1;
             }
             emit(out.split_to(n).freeze());

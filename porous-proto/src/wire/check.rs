@@ -35,6 +35,7 @@ pub struct Key(Inner);
 enum Inner {
     Crc(u32),
     Sealed { key: SecretKey, counter: u64 },
+    Unsealed { counter: u64 },
     Opened,
 }
 
@@ -94,6 +95,23 @@ impl Key {
         Self(Inner::Sealed { key, counter })
     }
 
+    /// Secure mode, sending: [`Key::sealed`]'s layout without the tag; the caller seals
+    /// the datagram with its connection's cipher ([`AeadKey::seal_datagram`]), made once
+    /// for all its datagrams.
+    ///
+    /// [`AeadKey::seal_datagram`]: super::secure::AeadKey::seal_datagram
+    pub(crate) fn unsealed(counter: u64) -> Self {
+        Self(Inner::Unsealed { counter })
+    }
+
+    /// The counter a sealed datagram carries after its type byte.
+    pub(crate) fn counter(&self) -> Option<u64> {
+        match self.0 {
+            Inner::Sealed { counter, .. } | Inner::Unsealed { counter } => Some(counter),
+            Inner::Crc(_) | Inner::Opened => None,
+        }
+    }
+
     /// Secure mode, receiving: the plaintext of a sealed data datagram whose tag verified
     /// ([`SealedParts::open_into`]), which ends with the digest of its full ids instead of
     /// a check. [`Data::decode`] takes it; what it verifies is only that every truncated
@@ -110,14 +128,14 @@ impl Key {
     pub fn extra_len(&self) -> usize {
         match self.0 {
             Inner::Crc(_) | Inner::Opened => 0,
-            Inner::Sealed { .. } => SEAL_EXTRA,
+            Inner::Sealed { .. } | Inner::Unsealed { .. } => SEAL_EXTRA,
         }
     }
 
     /// The sealing key and counter, in secure mode.
     pub(crate) fn sealing(&self) -> Option<(SecretKey, u64)> {
         match self.0 {
-            Inner::Crc(_) | Inner::Opened => None,
+            Inner::Crc(_) | Inner::Unsealed { .. } | Inner::Opened => None,
             Inner::Sealed { key, counter } => Some((key, counter)),
         }
     }
@@ -153,7 +171,7 @@ impl Check {
     pub(crate) fn new(key: Key) -> Self {
         match key.0 {
             Inner::Crc(k) => Self::Crc(crc32fast::Hasher::new_with_initial(k)),
-            Inner::Sealed { .. } | Inner::Opened => Self::Sealed(crc32fast::Hasher::new()),
+            Inner::Sealed { .. } | Inner::Unsealed { .. } | Inner::Opened => Self::Sealed(crc32fast::Hasher::new()),
         }
     }
 

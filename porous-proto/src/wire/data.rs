@@ -34,7 +34,7 @@ use bytes::BufMut;
 use super::check::{Check, Key};
 use super::codec::{Reader, put_uint, put_varint, varint_len};
 use super::message::{FullIds, IgnoreFullIds, Message, RunContext};
-use super::secure::{self, SEALED_HEADER};
+use super::secure::{AeadKey, SEALED_HEADER};
 use super::{CHECK_LEN, DecodeError, Field};
 use crate::seq::{FRAME_WINDOW, SeqSpace};
 
@@ -203,8 +203,8 @@ impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
             ty |= Q;
         }
         w.out.put_u8(ty);
-        if let Some((_, counter)) = key.sealing() {
-            // The clear header, the start of the associated data.
+        if let Some(counter) = key.counter() {
+            // The clear header, the associated data.
             w.out.put_u32_le(counter as u32);
             w.checked = start + SEALED_HEADER;
         }
@@ -281,8 +281,7 @@ impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
                 // The digest of the full ids ends the plaintext, sealed with the rest.
                 self.out.put_u32_le(check.finish());
                 let datagram = self.out.as_mut().get_mut(self.start..).unwrap_or_default();
-                let (head, body) = datagram.split_at_mut(SEALED_HEADER.min(datagram.len()));
-                let tag = secure::seal(&key, counter, head, body);
+                let tag = AeadKey::new(key).seal_datagram(counter, datagram);
                 self.out.put_slice(&tag);
             }
             (mut check, _) => {
@@ -364,7 +363,7 @@ impl<'a> Data<'a> {
         if ty & 0x80 != 0 {
             return Err(DecodeError::UnknownType(ty));
         }
-        if key.sealing().is_some() {
+        if key.counter().is_some() {
             // A sealed datagram is opened first (`SealedParts::open_into`), then its
             // plaintext decoded with `Key::opened`.
             return Err(DecodeError::BadChecksum);
@@ -556,7 +555,7 @@ impl<'a, E: Expand> Iterator for Messages<'a, '_, E> {
 mod tests {
     use super::*;
     use crate::wire::message::{Fragment, MessageKind, SendMode};
-    use crate::wire::secure::{SealedParts, SecretKey};
+    use crate::wire::secure::{self, SealedParts, SecretKey};
 
     type Fixed = FixedRefs;
 
@@ -644,7 +643,7 @@ mod tests {
     ) -> Result<Vec<Message<'static>>, DecodeError> {
         let parts = SealedParts::split(bytes)?;
         let mut plain = bytes::BytesMut::new();
-        if !parts.open_into(key, counter, &mut plain) {
+        if !parts.open_into(&AeadKey::new(*key), counter, &mut plain) {
             return Err(DecodeError::BadChecksum);
         }
         let plain: &'static [u8] = Box::leak(plain.to_vec().into_boxed_slice());
