@@ -652,7 +652,7 @@ mod tests {
     }
 
     #[test]
-    fn sealed_datagrams_roundtrip_and_a_wrongly_expanded_id_fails_the_tag() {
+    fn sealed_datagrams_roundtrip_and_a_wrongly_expanded_id_fails_the_digest() {
         let sk = SecretKey::from_bytes([3; 32]);
         let acks = [AckRange { first: 1, last: 3 }];
         let header = DataHeader { frame: Some((0x1_0005, 2)), ping: Some(1), acks: &acks, ..Default::default() };
@@ -662,11 +662,18 @@ mod tests {
         assert_eq!(bytes.len(), plain.len() + secure::SEAL_EXTRA);
         assert_eq!(&bytes[1..5], &42u32.to_le_bytes(), "the counter follows the type byte");
         assert_ne!(&bytes[5..bytes.len() - 16], &plain[1..plain.len() - 4], "the body is encrypted");
+        // A session writes the layout without the tag and seals with its own cipher: the
+        // same bytes.
+        let mut unsealed = encode(&header, &msgs, Key::unsealed(42));
+        let tag = AeadKey::new(sk).seal_datagram(42, &mut unsealed);
+        unsealed.extend_from_slice(&tag);
+        assert_eq!(unsealed, bytes);
         let good = Fixed { frame: 0x1_0000, ack_limit: 10, packet: 0 };
         assert_eq!(open_sealed(&bytes, &sk, 42, &good), Ok(msgs.to_vec()));
         // The plain decoder never takes a sealed key.
         assert_eq!(Data::decode(&bytes, Key::sealed(sk, 42), &good), Err(DecodeError::BadChecksum));
-        // A receiver expanding a frame, acknowledgement or packet id differently: the tag fails.
+        // A receiver expanding a frame, acknowledgement or packet id differently: the tag
+        // verifies, the digest of the ids does not.
         for stale in [
             Fixed { frame: 0x2_0000, ..good },
             Fixed { ack_limit: 0x1_0010, ..good },
