@@ -624,6 +624,15 @@ mod tests {
         }
     }
 
+    /// A model that found a 10 MB/s, 50 ms path and is in ProbeBandwidth, and its clock.
+    fn cruising() -> (Model, Instant) {
+        let mut m = Model::new(limits());
+        let mut t = Instant::now();
+        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        assert_eq!(m.stats().mode, CongestionMode::ProbeBandwidth);
+        (m, t)
+    }
+
     /// One round of [`drive`], the flight at its end `flight` times what it acknowledged.
     fn round(m: &mut Model, t: &mut Instant, rate: u64, rtt: Duration, lost: f64, rtt_seen: Duration, flight: f64) {
         *t += rtt;
@@ -708,10 +717,7 @@ mod tests {
 
     #[test]
     fn loss_under_a_standing_queue_yields_to_a_buffer_filling_flow_and_lifts_as_one_grows() {
-        let mut m = Model::new(limits());
-        let mut t = Instant::now();
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
-        assert_eq!(m.stats().mode, CongestionMode::ProbeBandwidth);
+        let (mut m, mut t) = cruising();
         // Another flow keeps a queue: every round trip 40 ms above the minimum. A round
         // that lost 0.5%, far under the 2% threshold, is a verdict when the model did not
         // probe in it (its own probe's queue would say nothing about anyone else).
@@ -753,10 +759,7 @@ mod tests {
 
     #[test]
     fn severe_loss_without_a_queue_is_congestion_only_when_it_lasts() {
-        let mut m = Model::new(limits());
-        let mut t = Instant::now();
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
-        assert_eq!(m.stats().mode, CongestionMode::ProbeBandwidth);
+        let (mut m, mut t) = cruising();
         // One round losing 60% (a burst, or chance over few frames): no verdict.
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 1.5, 50 * MS);
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 1, 0.0, 50 * MS);
