@@ -183,7 +183,9 @@ impl FullIds for LastFullId {
 impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
     /// Starts a datagram in `out` (appending to what is there) with the given header. With
     /// a sealed key ([`Key::sealed`]) the datagram is secure mode's: the counter follows the
-    /// type byte, and [`DataWriter::finish`] encrypts the rest and appends the tag.
+    /// type byte, the digest of the ids ends the plaintext, and [`DataWriter::finish`]
+    /// encrypts all after the counter and appends the tag (a session's own key writes the
+    /// same layout up to the tag and seals it with the connection's cipher).
     pub fn new(out: &'o mut B, key: Key, header: &DataHeader<'_>) -> Self {
         debug_assert!(!header.is_empty() && header.acks.len() <= MAX_ACK_RANGES);
         let start = out.as_ref().len();
@@ -273,8 +275,8 @@ impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
         self.len() == 0
     }
 
-    /// Appends the check (or, sealed, encrypts the body and appends the tag); returns the
-    /// datagram's length.
+    /// Appends the check (in secure mode the digest of the ids, then with [`Key::sealed`]
+    /// encrypts the body and appends the tag); returns the datagram's length.
     pub fn finish(self) -> usize {
         match (self.check, self.key.sealing()) {
             (check @ Check::Sealed(_), Some((key, counter))) => {
