@@ -695,9 +695,7 @@ mod tests {
 
     #[test]
     fn random_loss_does_not_shrink_the_model_but_loss_with_a_queue_does_boundedly() {
-        let mut m = Model::new(limits());
-        let mut t = Instant::now();
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        let (mut m, mut t) = cruising();
         // 20% loss, round trips at their minimum: random loss.
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 20, 0.2, 50 * MS);
         assert_eq!(m.stats().bandwidth, 10_000_000, "random loss leaves the model alone");
@@ -786,9 +784,7 @@ mod tests {
 
     #[test]
     fn a_silent_path_gets_the_minimum_window_until_an_acknowledgement() {
-        let mut m = Model::new(limits());
-        let mut t = Instant::now();
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        let (mut m, mut t) = cruising();
         let before = m.window();
         m.on_drop(t + 400 * MS, 1200, path());
         assert_eq!(m.window(), MIN_WINDOW * MTU);
@@ -799,9 +795,7 @@ mod tests {
 
     #[test]
     fn a_stale_minimum_rtt_is_probed() {
-        let mut m = Model::new(limits());
-        let mut t = Instant::now();
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        let (mut m, mut t) = cruising();
         // Eleven seconds of round trips above the minimum: ProbeRtt.
         drive(&mut m, &mut t, 10_000_000, 60 * MS, 190, 0.0, 60 * MS);
         assert!(m.stats().mode == CongestionMode::ProbeRtt || m.stats().min_rtt == 60 * MS, "{:?}", m.stats());
@@ -839,9 +833,7 @@ mod tests {
 
     #[test]
     fn a_long_probe_rtt_forgets_neither_the_bandwidth_nor_the_window() {
-        let mut m = Model::new(limits());
-        let mut t = Instant::now();
-        drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
+        let (mut m, mut t) = cruising();
         drive(&mut m, &mut t, 10_000_000, 55 * MS, 150, 0.0, 55 * MS);
         let window = m.window();
         // Past ten seconds without the minimum: ProbeRtt.
