@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use porous_proto::sim::{BurstLoss, LinkConditions, Network};
+use porous_proto::wire::secure::SEAL_EXTRA;
 use porous_proto::{
     ChannelConfig, ConfigError, DisconnectReason, Event, HostConfig, PeerId, PeerState, SendMode, SequenceStart,
 };
@@ -91,6 +92,16 @@ impl Ledger {
             received: vec![Vec::new(); channels],
             first_received: vec![BTreeMap::new(); channels],
             unordered: vec![false; channels],
+        }
+    }
+
+    /// Receives every packet `host` has delivered so far, checking each.
+    fn take_from(&mut self, net: &mut Network, host: SocketAddr) {
+        let t = net.elapsed();
+        while let Some(e) = net.poll_event(host) {
+            if let Event::Received { channel, data, .. } = e {
+                self.receive(t, channel, &data).unwrap();
+            }
         }
     }
 
@@ -499,23 +510,9 @@ fn stall_stays_in_its_channel(mode: Mode) {
         for _ in 0..20 {
             ledger.send(&mut net, a, pa, 0, SendMode::Reliable, 100);
             ledger.send(&mut net, a, pa, 1, SendMode::Reliable, 100);
-            net.run_for(5 * MS, |net| {
-                let t = net.elapsed();
-                while let Some(e) = net.poll_event(b) {
-                    if let Event::Received { channel, data, .. } = e {
-                        ledger.receive(t, channel, &data).unwrap();
-                    }
-                }
-            });
+            net.run_for(5 * MS, |net| ledger.take_from(net, b));
         }
-        net.run_for(2 * SEC, |net| {
-            let t = net.elapsed();
-            while let Some(e) = net.poll_event(b) {
-                if let Event::Received { channel, data, .. } = e {
-                    ledger.receive(t, channel, &data).unwrap();
-                }
-            }
-        });
+        net.run_for(2 * SEC, |net| ledger.take_from(net, b));
         assert!(ledger.missing_reliable().is_empty(), "seed {seed}, {mode:?}: {:?}", ledger.missing_reliable());
         let first0 = ledger.first_received[0][&0];
         // Channel 1 delivered while channel 0 waited for its resend...
@@ -561,19 +558,11 @@ fn unordered_loss_delays_no_other(mode: Mode) {
         ledger.send(&mut net, a, pa, 0, SendMode::Reliable, 100);
         net.run_for(MS, |_| {});
         net.clear_script(a, b);
-        let collect = |net: &mut Network, ledger: &mut Ledger| {
-            let t = net.elapsed();
-            while let Some(e) = net.poll_event(b) {
-                if let Event::Received { channel, data, .. } = e {
-                    ledger.receive(t, channel, &data).unwrap();
-                }
-            }
-        };
         for i in 0..20 {
             ledger.send(&mut net, a, pa, 0, SendMode::Reliable, if i % 4 == 0 { 3000 } else { 100 });
-            net.run_for(5 * MS, |net| collect(net, &mut ledger));
+            net.run_for(5 * MS, |net| ledger.take_from(net, b));
         }
-        net.run_for(2 * SEC, |net| collect(net, &mut ledger));
+        net.run_for(2 * SEC, |net| ledger.take_from(net, b));
         // Every packet exactly once (the ledger refuses a second delivery)...
         assert!(ledger.missing_reliable().is_empty(), "seed {seed}, {mode:?}: {:?}", ledger.missing_reliable());
         assert_eq!(ledger.first_received[0].len(), 21);
@@ -620,33 +609,22 @@ fn fragments_reassemble(mode: Mode, seed: u64, loss: u8) -> TestResult {
     let mut ledger = Ledger::new(4);
     let mut worst = 0usize;
     // A full fragment at a 1200-byte datagram size carries 1,172 bytes in plain mode and
-    // 1,156 in secure mode (docs/wire-format.md): packets on either side of that edge.
+    // `SEAL_EXTRA` fewer in secure mode (docs/wire-format.md): packets on either side of
+    // that edge.
     let full = match mode {
         Mode::Plain => 1172,
-        Mode::Secure => 1156,
+        Mode::Secure => 1172 - SEAL_EXTRA,
     };
     let sizes = [48_000, 47_999, 1, full - 1, full, full + 1, 10_000, 25_000];
     let modes = [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive];
     for (i, &len) in sizes.iter().cycle().take(24).enumerate() {
         ledger.send(&mut net, a, pa, i % 4, modes[i % 3], len);
-        net.run_for(30 * MS, |net| {
-            let t = net.elapsed();
-            while let Some(e) = net.poll_event(b) {
-                if let Event::Received { channel, data, .. } = e {
-                    ledger.receive(t, channel, &data).unwrap();
-                }
-            }
-        });
+        net.run_for(30 * MS, |net| ledger.take_from(net, b));
         worst = worst.max(net.host(b).peer_stats(pb).map_or(0, |s| s.reassembly_bytes));
     }
     net.set_link_both(a, b, LinkConditions::perfect(20 * MS));
     net.run_until(20 * SEC, |net| {
-        let t = net.elapsed();
-        while let Some(e) = net.poll_event(b) {
-            if let Event::Received { channel, data, .. } = e {
-                ledger.receive(t, channel, &data).unwrap();
-            }
-        }
+        ledger.take_from(net, b);
         worst = worst.max(net.host(b).peer_stats(pb).map_or(0, |s| s.reassembly_bytes));
         ledger.missing_reliable().is_empty()
     });
