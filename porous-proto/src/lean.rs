@@ -11,8 +11,7 @@
 //!
 //! Times kept per frame or per ping are 8-byte signed nanoseconds from a nearby `Instant`
 //! ([`offset`], [`at_offset`]) rather than 16-byte `Instant`s: exact for times within
-//! 292 years of each other, in either direction; durations kept (not computed on) are
-//! 8-byte [`Nanos`].
+//! 292 years of each other, in either direction; durations kept are 8-byte [`Nanos`].
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -40,9 +39,10 @@ pub(crate) fn at_offset(base: Instant, nanos: i64) -> Instant {
 }
 
 /// A `Duration` in 8 bytes instead of 16: whole nanoseconds, exact up to 584 years
-/// (saturating beyond). Kept, not computed on: [`Nanos::get`] gives the `Duration` back.
+/// (saturating beyond). [`Nanos::get`] gives the `Duration` back; code that computes on
+/// many of them per datagram (the round-trip estimator) reads the nanoseconds instead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Nanos(u64);
+pub(crate) struct Nanos(pub(crate) u64);
 
 impl Nanos {
     /// The longest: 584 years, and any longer `Duration`.

@@ -39,6 +39,7 @@ use bytes::BufMut;
 use smallvec::SmallVec;
 
 use crate::config::{CongestionControl, Priority};
+use crate::lean::Nanos;
 use crate::seq::SeqSpace;
 pub(crate) use crate::stats::TransferStats;
 use crate::wire::{
@@ -191,6 +192,10 @@ pub(crate) struct Transfer {
     probe_at: Option<Instant>,
     /// When the last datagram went to the peer (the keepalive counts from it).
     last_sent: Option<Instant>,
+    /// The hold the resend timeout allows for (see [`Transfer::rto`]), kept current where
+    /// its inputs change (a frame sent, a frame received) rather than recomputed from
+    /// `Instant`s at each of the several reads a datagram makes.
+    rto_hold: Nanos,
 }
 
 /// The largest message repair copies: small reliable messages are what a lost datagram
@@ -240,6 +245,7 @@ impl Transfer {
             repair_bytes: 0,
             probe_at: None,
             last_sent: None,
+            rto_hold: Nanos::default(),
             mtu: cfg.mtu,
             shared: cfg.shared,
         }
@@ -526,6 +532,7 @@ impl Transfer {
         }
         if frame.is_some() {
             self.cadence.on_frame_sent(now);
+            self.rto_hold = self.current_rto_hold();
         }
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += len as u64;
@@ -854,6 +861,7 @@ impl Transfer {
     /// Records frame `k` as received: it will be acknowledged.
     pub(crate) fn accept_frame(&mut self, k: u32, now: Instant) {
         self.receiver.record(k, now);
+        self.rto_hold = self.current_rto_hold();
         self.stats.frames_received += 1;
     }
 
@@ -866,9 +874,9 @@ impl Transfer {
     /// When loss detection must run next: the RTO of the oldest transmission in flight,
     /// or the end of its reordering window once a later one was acknowledged.
     pub(crate) fn loss_deadline(&self) -> Option<Instant> {
-        self.inflight
-            .oldest_send()
-            .map(|(t, overtaken)| t + if overtaken { self.rto().min(self.reorder_window()) } else { self.rto() })
+        let (t, overtaken) = self.inflight.oldest_send()?;
+        let rto = self.rto();
+        Some(t + if overtaken { rto.min(self.reorder_window()) } else { rto })
     }
 
     /// When the keepalive goes out if nothing else has.
@@ -926,11 +934,19 @@ impl Transfer {
     /// holds, which the estimator already allows for: adding ours to its would only
     /// slow its loss recovery.
     pub(crate) fn rto(&self) -> Duration {
+        debug_assert_eq!(self.rto_hold, self.current_rto_hold(), "the kept hold is current");
+        self.rtt.rto_with_hold(self.rto_hold)
+    }
+
+    /// The hold [`Transfer::rto`] allows for, from the peer's rhythm and this side's.
+    fn current_rto_hold(&self) -> Nanos {
+        // The peer keeps a rhythm, and its next frame is not expected more than
+        // MAX_ACK_DELAY before this side's last one.
         let peer_rides_own = self
             .receiver
             .next_arrival()
             .is_some_and(|t| self.cadence.last().is_none_or(|l| t + acks::MAX_ACK_DELAY >= l));
-        self.rtt.rto_with_hold(if peer_rides_own { Duration::ZERO } else { self.cadence.peer_wait() })
+        if peer_rides_own { Nanos::default() } else { Nanos::of(self.cadence.peer_wait()) }
     }
 
     pub(crate) fn latest_rtt(&self) -> Duration {

@@ -35,9 +35,14 @@ pub(crate) const INITIAL_RTT: Duration = Duration::from_millis(200);
 /// to zero, which would otherwise leave no margin at all.
 pub(crate) const GRANULARITY: Duration = Duration::from_millis(1);
 
-/// The RFC 6298 estimator of the connection's round-trip time. Its durations are kept as
-/// whole nanoseconds ([`Nanos`], 8 bytes instead of 16) and computed on as `Duration`s,
-/// so every result is what `Duration` arithmetic gives.
+/// The RFC 6298 estimator of the connection's round-trip time. Its durations are kept and
+/// computed on as whole nanoseconds ([`Nanos`], 8 bytes instead of 16; `u64` arithmetic
+/// instead of `Duration`'s seconds-and-nanoseconds pairs, which every operation
+/// normalises and checks, on a path taken for every acknowledgement). Every result
+/// equals what `Duration` arithmetic gives: sums, differences, minima and products are
+/// exact in nanoseconds, and the estimator divides only by 2, 4 and 8, which divide a
+/// second's nanoseconds, so `Duration`'s per-part division floors the same as one
+/// division of the total. Products saturate (a `Duration` would panic) beyond 584 years.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Rtt {
     srtt: Nanos,
@@ -71,8 +76,8 @@ impl Rtt {
 
     fn update_rto(&mut self) {
         // Equation (7), with the variance term never below the timer granularity.
-        let (srtt, step, rttvar, hold) = (self.srtt.get(), self.step.get(), self.rttvar.get(), self.peer_hold.get());
-        self.rto = Nanos::of(srtt + step.max(rttvar * 4).max(GRANULARITY) + hold);
+        let margin = self.step.0.max(self.rttvar.0.saturating_mul(4)).max(Nanos::of(GRANULARITY).0);
+        self.rto = Nanos(self.srtt.0.saturating_add(margin).saturating_add(self.peer_hold.0));
     }
 
     /// A round trip measured `sample`, of which the peer reports holding its
@@ -84,24 +89,26 @@ impl Rtt {
 
     /// The peer reports holding an acknowledgement `held`.
     pub(crate) fn on_ack_delay(&mut self, held: Duration) {
-        self.peer_hold = Nanos::of(held.min(MAX_ACK_DELAY).max(self.peer_hold.get() * 7 / 8));
+        self.peer_hold = Nanos(Nanos::of(held.min(MAX_ACK_DELAY)).0.max(self.peer_hold.0.saturating_mul(7) / 8));
         self.update_rto();
     }
 
     /// A ping was acknowledged after `sample`.
     pub(crate) fn on_sample(&mut self, sample: Duration) {
-        self.latest = Nanos::of(sample);
-        self.min = Nanos::of(self.min().map_or(sample, |m| m.min(sample)));
+        let sample = Nanos::of(sample).0;
+        self.latest = Nanos(sample);
+        // Before any sample `min` is the largest value, so this takes the first as it is.
+        self.min = Nanos(self.min.0.min(sample));
         if self.sampled {
             // (6) first, against the old average; then (5).
-            let (srtt, rttvar) = (self.srtt.get(), self.rttvar.get());
+            let (srtt, rttvar) = (self.srtt.0, self.rttvar.0);
             let dev = srtt.abs_diff(sample);
-            self.rttvar = Nanos::of(rttvar * 3 / 4 + dev / 4);
-            self.srtt = Nanos::of(srtt * 7 / 8 + sample / 8);
+            self.rttvar = Nanos(rttvar.saturating_mul(3) / 4 + dev / 4);
+            self.srtt = Nanos(srtt.saturating_mul(7) / 8 + sample / 8);
         } else {
             self.sampled = true;
-            self.srtt = Nanos::of(sample);
-            self.rttvar = Nanos::of(sample / 2);
+            self.srtt = Nanos(sample);
+            self.rttvar = Nanos(sample / 2);
         }
         self.update_rto();
     }
@@ -135,8 +142,9 @@ impl Rtt {
 
     /// The RTO allowing for a peer's hold of at least `hold` (the hold it reported
     /// lately counts already).
-    pub(crate) fn rto_with_hold(&self, hold: Duration) -> Duration {
-        self.rto.get() + hold.min(MAX_ACK_DELAY).saturating_sub(self.peer_hold.get())
+    pub(crate) fn rto_with_hold(&self, hold: Nanos) -> Duration {
+        let extra = hold.0.min(Nanos::of(MAX_ACK_DELAY).0).saturating_sub(self.peer_hold.0);
+        Nanos(self.rto.0.saturating_add(extra)).get()
     }
 
     /// The smallest round trip sampled, if any.
@@ -217,5 +225,69 @@ mod tests {
         s.on_step(10 * MS);
         s.on_step(18 * MS);
         assert_eq!(s.step(), 11 * MS);
+    }
+
+    /// The estimator as it was computed with `Duration` arithmetic: the reference the
+    /// nanosecond arithmetic must equal exactly.
+    struct DurationRtt {
+        srtt: Duration,
+        rttvar: Duration,
+        sampled: bool,
+        hold: Duration,
+        step: Duration,
+    }
+
+    impl DurationRtt {
+        fn rto(&self) -> Duration {
+            self.srtt + self.step.max(self.rttvar * 4).max(GRANULARITY) + self.hold
+        }
+
+        fn on_sample(&mut self, sample: Duration) {
+            if self.sampled {
+                let dev = self.srtt.abs_diff(sample);
+                self.rttvar = self.rttvar * 3 / 4 + dev / 4;
+                self.srtt = self.srtt * 7 / 8 + sample / 8;
+            } else {
+                self.sampled = true;
+                self.srtt = sample;
+                self.rttvar = sample / 2;
+            }
+        }
+    }
+
+    #[test]
+    fn nanosecond_arithmetic_equals_duration_arithmetic() {
+        fn prop(ops: Vec<(u8, u64, u64)>) -> bool {
+            let mut r = Rtt::new(INITIAL_RTT);
+            let mut d = DurationRtt {
+                srtt: INITIAL_RTT,
+                rttvar: INITIAL_RTT / 2,
+                sampled: false,
+                hold: Duration::ZERO,
+                step: Duration::ZERO,
+            };
+            ops.into_iter().all(|(op, a, b)| {
+                // Up to about 18 minutes, with every nanosecond digit in play.
+                let (a, b) = (Duration::from_nanos(a % (1 << 40)), Duration::from_nanos(b % (1 << 40)));
+                match op % 3 {
+                    0 => {
+                        r.on_sample(a);
+                        d.on_sample(a);
+                    }
+                    1 => {
+                        r.on_ack_delay(a);
+                        d.hold = a.min(MAX_ACK_DELAY).max(d.hold * 7 / 8);
+                    }
+                    _ => {
+                        r.set_step(a);
+                        d.step = a;
+                    }
+                }
+                let hold = b.min(MAX_ACK_DELAY).saturating_sub(d.hold);
+                (r.srtt(), r.rttvar(), r.rto(), r.rto_with_hold(Nanos::of(b)))
+                    == (d.srtt, d.rttvar, d.rto(), d.rto() + hold)
+            })
+        }
+        quickcheck::QuickCheck::new().tests(2_000).quickcheck(prop as fn(Vec<(u8, u64, u64)>) -> bool);
     }
 }
