@@ -26,9 +26,12 @@ pub(crate) fn room_for_first<T>(q: &mut VecDeque<T>) {
 
 /// `t` as signed nanoseconds from `base` (saturating beyond 292 years).
 pub(crate) fn offset(base: Instant, t: Instant) -> i64 {
-    match t.checked_duration_since(base) {
-        Some(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        None => i64::try_from(base.duration_since(t).as_nanos()).map_or(i64::MIN, |n| -n),
+    // Compared first: a failed `checked_duration_since` costs a subtraction of its own,
+    // and most offsets kept (a send state's times before its frame's send) are negative.
+    if t >= base {
+        i64::try_from(t.duration_since(base).as_nanos()).unwrap_or(i64::MAX)
+    } else {
+        i64::try_from(base.duration_since(t).as_nanos()).map_or(i64::MIN, |n| -n)
     }
 }
 
