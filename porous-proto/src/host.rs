@@ -39,6 +39,7 @@ use crate::event::{AdmissionError, ConnectError, Event, PeerId, SendError, SendM
 use crate::listener::{Admitted, Listener, Refused, Verdict};
 use crate::peer::{self, Outputs, Peer, SecureState, Settings};
 use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
+use crate::time::Time;
 use crate::token::ConnectToken;
 use crate::wire::{self, Control, DecodeError, Key, KeyClass};
 
@@ -82,28 +83,29 @@ impl BuildHasher for AddrHasher {
 /// place until they surface (see the module's invariants).
 #[derive(Debug, Default)]
 struct Deadlines {
-    /// The first time the host was given: deadlines count from it.
+    /// The first time the host was given: every [`Time`] counts from it.
     epoch: Option<Instant>,
     /// Entries packed by [`Deadlines::entry`].
     heap: BinaryHeap<Reverse<u128>>,
 }
 
 impl Deadlines {
-    /// Sets the epoch, the first time it is given.
-    fn observe(&mut self, now: Instant) {
-        self.epoch.get_or_insert(now);
+    /// Sets the epoch, the first time it is given, and returns `now` counted from it.
+    fn observe(&mut self, now: Instant) -> Time {
+        Time::since(*self.epoch.get_or_insert(now), now)
     }
 
-    /// `t` as nanoseconds since the epoch. Deadlines are never before it (the caller's
-    /// times do not go backwards); one that is counts as the epoch, which is past anyway.
-    fn ticks(&self, t: Instant) -> u64 {
-        let since = self.epoch.map_or(Duration::ZERO, |e| t.saturating_duration_since(e));
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+    /// A deadline as the heap keeps it: nanoseconds since the epoch. Deadlines are never
+    /// before it (the caller's times do not go backwards); one that is counts as the
+    /// epoch, which is past anyway.
+    fn ticks(t: Time) -> u64 {
+        u64::try_from(t.nanos()).unwrap_or(0)
     }
 
     /// The instant of `ticks`.
     fn instant(&self, ticks: u64) -> Option<Instant> {
-        self.epoch.map(|e| e + Duration::from_nanos(ticks))
+        let t = Time::from_nanos(i64::try_from(ticks).unwrap_or(i64::MAX));
+        self.epoch.map(|e| t.instant(e))
     }
 
     /// One heap entry: the deadline in the high half, so entries order by it.
@@ -243,7 +245,7 @@ pub struct Host {
     out: Outputs,
     recv_arena: Arena,
     last_now: Option<Instant>,
-    last_step: Option<Instant>,
+    last_step: Option<Time>,
     step_interval: Duration,
     stats: HostStats,
     listener: Listener,
@@ -342,11 +344,12 @@ impl Host {
         &self.config
     }
 
-    fn observe(&mut self, now: Instant) {
+    /// Records the time the caller gave, and returns it as the layers below count time.
+    fn observe(&mut self, now: Instant) -> Time {
         if self.last_now.is_none_or(|t| now > t) {
             self.last_now = Some(now);
         }
-        self.timers.observe(now);
+        self.timers.observe(now)
     }
 
     fn peer_index(&self, id: PeerId) -> Option<usize> {
@@ -447,7 +450,7 @@ impl Host {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn connect_with(&mut self, now: Instant, remote: SocketAddr, data: &[u8]) -> Result<PeerId, ConnectError> {
-        self.observe(now);
+        let now = self.observe(now);
         if self.config.secure.is_some() {
             return Err(ConnectError::TokenRequired);
         }
@@ -507,7 +510,7 @@ impl Host {
         remote: SocketAddr,
         token: &[u8],
     ) -> Result<PeerId, ConnectError> {
-        self.observe(now);
+        let now = self.observe(now);
         if self.config.secure.is_none() {
             return Err(ConnectError::NotSecure);
         }
@@ -544,7 +547,7 @@ impl Host {
     /// Hands the host a datagram received from `from`. Malformed, foreign and forged
     /// datagrams are counted and dropped before any state changes.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
-        self.observe(now);
+        let t = self.observe(now);
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
         let ty = match wire::peek_type(datagram) {
@@ -552,11 +555,11 @@ impl Host {
             Err(e) => return self.malformed(e),
         };
         if self.config.secure.is_some() {
-            return self.handle_sealed(now, from, ty, datagram);
+            return self.handle_sealed((now, t), from, ty, datagram);
         }
         let Some(&index) = self.by_addr.get(&from) else {
             if wire::key_class(ty) == KeyClass::Version {
-                self.handle_request(now, from, datagram);
+                self.handle_request((now, t), from, datagram);
             } else {
                 self.stats.unknown_source += 1;
             }
@@ -568,9 +571,9 @@ impl Host {
             let buf = self.recv_arena.room(datagram.len());
             buf.extend_from_slice(datagram);
             let bytes: Bytes = buf.split().freeze();
-            self.drive(index, |peer, out| peer.handle_data(now, &bytes, out))
+            self.drive(index, |peer, out| peer.handle_data(t, &bytes, out))
         } else {
-            self.drive(index, |peer, out| peer.handle_control(now, ty, datagram, out))
+            self.drive(index, |peer, out| peer.handle_control(t, ty, datagram, out))
         };
         if let Some(Err(e)) = result {
             self.malformed(e);
@@ -581,7 +584,8 @@ impl Host {
     /// Secure mode: a datagram of `from`, type `ty`. Requests pass the listener's gate
     /// (token, seal, record of use) before anything else; everything else goes to the
     /// peer of its address, which opens it with its keys through its replay window.
-    fn handle_sealed(&mut self, now: Instant, from: SocketAddr, ty: u8, datagram: &[u8]) {
+    /// `now` as the caller gave it (for the listener) and as the peers count it.
+    fn handle_sealed(&mut self, (now, t): (Instant, Time), from: SocketAddr, ty: u8, datagram: &[u8]) {
         let known = self.by_addr.get(&from).copied();
         if ty == wire::secure::REQUEST_TYPE {
             let admitted = match self.listener.open_sealed(now, from, datagram) {
@@ -597,11 +601,11 @@ impl Host {
             match known {
                 Some(index) => {
                     self.drive(index, |peer, out| {
-                        peer.handle_sealed_request(now, admitted.request, &admitted.token, out);
+                        peer.handle_sealed_request(t, admitted.request, &admitted.token, out);
                     });
                     self.mark_dirty(index);
                 }
-                None => self.admit_sealed(now, from, &admitted),
+                None => self.admit_sealed((now, t), from, &admitted),
             }
             return;
         }
@@ -613,12 +617,12 @@ impl Host {
             let Self { slots, out, recv_arena, listener, .. } = self;
             slots.get_mut(index as usize).and_then(|s| s.peer.as_deref_mut()).map(|peer| {
                 let was = peer.is_pending();
-                let r = peer.handle_sealed_data(now, datagram, recv_arena, out);
+                let r = peer.handle_sealed_data(t, datagram, recv_arena, out);
                 listener.pending_changed(was, peer.is_pending());
                 r
             })
         } else {
-            self.drive(index, |peer, out| peer.handle_sealed_control(now, ty, datagram, out))
+            self.drive(index, |peer, out| peer.handle_sealed_control(t, ty, datagram, out))
         };
         match result {
             Some(Err(DecodeError::Replayed)) => self.stats.replayed += 1,
@@ -631,7 +635,7 @@ impl Host {
     /// Secure mode: a verified request from an address with no peer. The listener judges
     /// it as any request; its replies are sealed for the requester, and a peer it makes
     /// holds the token's keys, client id and user data.
-    fn admit_sealed(&mut self, now: Instant, from: SocketAddr, admitted: &Admitted) {
+    fn admit_sealed(&mut self, (now, t): (Instant, Time), from: SocketAddr, admitted: &Admitted) {
         let req = admitted.request;
         let reply_key = admitted.token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
         let reply = |host: &mut Self, c: &Control<'_>| {
@@ -652,7 +656,7 @@ impl Host {
                 let settings = Arc::clone(&self.settings);
                 let remote = (req, params, admitted.token.user_data.clone());
                 let manual = self.config.manual_accept;
-                let peer = Peer::incoming(now, at, settings, (local, seed), remote, manual, secure, &mut self.out);
+                let peer = Peer::incoming(t, at, settings, (local, seed), remote, manual, secure, &mut self.out);
                 self.insert(peer);
             }
         }
@@ -666,7 +670,7 @@ impl Host {
     }
 
     /// A connection request from an address with no peer: the listener decides.
-    fn handle_request(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+    fn handle_request(&mut self, (now, t): (Instant, Time), from: SocketAddr, datagram: &[u8]) {
         let (req, data) = match Control::decode(datagram, Key::version()) {
             Ok(Control::Request { request, data }) => (request, data),
             Ok(_) => return self.malformed(DecodeError::UnknownType(wire::peek_type(datagram).unwrap_or(0))),
@@ -686,7 +690,7 @@ impl Host {
                 let settings = Arc::clone(&self.settings);
                 let remote = (req, params, Bytes::copy_from_slice(data));
                 let manual = self.config.manual_accept;
-                let peer = Peer::incoming(now, at, settings, (local, seed), remote, manual, None, &mut self.out);
+                let peer = Peer::incoming(t, at, settings, (local, seed), remote, manual, None, &mut self.out);
                 self.insert(peer);
             }
         }
@@ -695,14 +699,14 @@ impl Host {
     /// Runs every timer due at `now` and assembles the datagrams that can go out: one
     /// POROUS step. Afterwards drain [`Host::poll_transmit`] and [`Host::poll_event`].
     pub fn step(&mut self, now: Instant) {
-        self.observe(now);
+        let now = self.observe(now);
         if let Some(prev) = self.last_step {
             let interval = now.saturating_duration_since(prev);
             self.step_interval =
                 if self.step_interval.is_zero() { interval } else { self.step_interval * 7 / 8 + interval / 8 };
         }
         self.last_step = Some(now);
-        let due = self.timers.ticks(now);
+        let due = Deadlines::ticks(now);
         while let Some((t, index, generation)) = self.timers.peek() {
             if t > due {
                 break;
@@ -729,7 +733,7 @@ impl Host {
         self.compact_timers();
     }
 
-    fn poll_peer(&mut self, now: Instant, index: u32) {
+    fn poll_peer(&mut self, now: Time, index: u32) {
         if let Some(slot) = self.slots.get_mut(index as usize) {
             slot.dirty = false;
         }
@@ -744,7 +748,7 @@ impl Host {
             self.remove(index);
             return;
         }
-        let next = next.map(|t| self.timers.ticks(t));
+        let next = next.map(Deadlines::ticks);
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
         if next != slot.scheduled() {
             slot.set_scheduled(next);
@@ -803,14 +807,14 @@ impl Host {
     }
 
     /// Runs an application call on `peer`, if it exists, counting a request it rejects.
-    fn call(&mut self, now: Instant, peer: PeerId, f: impl FnOnce(&mut Peer, &mut Outputs)) {
-        self.observe(now);
+    fn call(&mut self, now: Instant, peer: PeerId, f: impl FnOnce(&mut Peer, &mut Outputs, Time)) {
+        let now = self.observe(now);
         if self.peer_index(peer).is_none() {
             return;
         }
         let rejected = self.drive(peer.index, |p, out| {
             let awaiting = p.is_awaiting();
-            f(p, out);
+            f(p, out, now);
             // A request awaiting the application ends only by being rejected.
             awaiting && p.state() == PeerState::Zombie
         });
@@ -837,7 +841,7 @@ impl Host {
     /// The code travels in every disconnection request until one is acknowledged, so it
     /// arrives unless the remote stops answering altogether.
     pub fn disconnect_with(&mut self, now: Instant, peer: PeerId, code: u32) {
-        self.call(now, peer, |p, out| p.disconnect(now, code, out));
+        self.call(now, peer, |p, out, now| p.disconnect(now, code, out));
     }
 
     /// Disconnects at once, dropping pending packets; `Disconnected` is queued now and the
@@ -850,7 +854,7 @@ impl Host {
     /// on a best-effort basis. On a request awaiting the application's decision it is
     /// [`Host::reject`].
     pub fn disconnect_now_with(&mut self, now: Instant, peer: PeerId, code: u32) {
-        self.call(now, peer, |p, out| p.disconnect_now(now, code, out));
+        self.call(now, peer, |p, out, now| p.disconnect_now(now, code, out));
     }
 
     /// Accepts a connection request the host reported as [`Event::ConnectRequest`] (with
@@ -892,7 +896,7 @@ impl Host {
     /// # }
     /// ```
     pub fn accept(&mut self, now: Instant, peer: PeerId) -> Result<(), AdmissionError> {
-        self.admit(now, peer, |p, out| p.accept(now, out))
+        self.admit(now, peer, |p, out, now| p.accept(now, out))
     }
 
     /// Rejects a connection request the host reported as [`Event::ConnectRequest`]: the
@@ -902,7 +906,7 @@ impl Host {
     /// more than a pending handshake. Should the refusal be lost, the requester's next
     /// retry arrives as a new request.
     pub fn reject(&mut self, now: Instant, peer: PeerId, code: u32) -> Result<(), AdmissionError> {
-        self.admit(now, peer, |p, out| p.reject(now, code, out))
+        self.admit(now, peer, |p, out, now| p.reject(now, code, out))
     }
 
     /// Runs an admission decision on `peer`.
@@ -910,11 +914,11 @@ impl Host {
         &mut self,
         now: Instant,
         peer: PeerId,
-        decide: impl FnOnce(&mut Peer, &mut Outputs) -> bool,
+        decide: impl FnOnce(&mut Peer, &mut Outputs, Time) -> bool,
     ) -> Result<(), AdmissionError> {
         self.peer_index(peer).ok_or(AdmissionError::UnknownPeer)?;
         let mut decided = false;
-        self.call(now, peer, |p, out| decided = decide(p, out));
+        self.call(now, peer, |p, out, now| decided = decide(p, out, now));
         if decided { Ok(()) } else { Err(AdmissionError::NotAwaiting) }
     }
 

@@ -9,12 +9,11 @@
 //! thousands of connections is both memory and cache. So the first element gets exactly
 //! one slot; a deque that ever holds two grows as usual (to four, then doubling), once.
 //!
-//! Times kept per frame or per ping are 8-byte signed nanoseconds from a nearby `Instant`
-//! ([`offset`], [`at_offset`]) rather than 16-byte `Instant`s: exact for times within
-//! 292 years of each other, in either direction; durations kept are 8-byte [`Nanos`].
+//! Durations kept are 8-byte [`Nanos`] rather than 16-byte `Duration`s (times kept are
+//! 8-byte [`Time`](crate::time::Time)s).
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Makes room for exactly one element in `q` if it has none yet: call before a push.
 #[inline]
@@ -22,23 +21,6 @@ pub(crate) fn room_for_first<T>(q: &mut VecDeque<T>) {
     if q.capacity() == 0 {
         q.reserve_exact(1);
     }
-}
-
-/// `t` as signed nanoseconds from `base` (saturating beyond 292 years).
-pub(crate) fn offset(base: Instant, t: Instant) -> i64 {
-    // Compared first: a failed `checked_duration_since` costs a subtraction of its own,
-    // and most offsets kept (a send state's times before its frame's send) are negative.
-    if t >= base {
-        i64::try_from(t.duration_since(base).as_nanos()).unwrap_or(i64::MAX)
-    } else {
-        i64::try_from(base.duration_since(t).as_nanos()).map_or(i64::MIN, |n| -n)
-    }
-}
-
-/// The instant `nanos` from `base`: the inverse of [`offset`].
-pub(crate) fn at_offset(base: Instant, nanos: i64) -> Instant {
-    let d = Duration::from_nanos(nanos.unsigned_abs());
-    if nanos >= 0 { base.checked_add(d) } else { base.checked_sub(d) }.unwrap_or(base)
 }
 
 /// A `Duration` in 8 bytes instead of 16: whole nanoseconds, exact up to 584 years
@@ -63,17 +45,6 @@ impl Nanos {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_offset_gives_back_its_instant() {
-        let base = Instant::now() + Duration::from_secs(3600);
-        for d in [0, 1, 999_999_999, 1_000_000_000, 86_400_123_456_789] {
-            let d = Duration::from_nanos(d);
-            for t in [base + d, base - d] {
-                assert_eq!(at_offset(base, offset(base, t)), t);
-            }
-        }
-    }
 
     #[test]
     fn first_element_gets_one_slot_then_growth_is_as_usual() {

@@ -51,6 +51,7 @@ pub mod seq;
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
 mod stats;
+mod time;
 pub mod token;
 mod transfer;
 pub mod wire;

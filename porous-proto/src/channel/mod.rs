@@ -30,8 +30,8 @@ mod admission;
 pub(crate) mod recv;
 pub(crate) mod send;
 
+use crate::time::Time;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -297,7 +297,7 @@ impl Channels {
 
     /// Stamps the deadlines of packets still waiting for window space that were sent since
     /// the last stamp.
-    pub(crate) fn stamp(&mut self, now: Instant) {
+    pub(crate) fn stamp(&mut self, now: Time) {
         for ch in self.made_mut() {
             ch.send.stamp(now);
         }

@@ -12,8 +12,9 @@
 //!
 //! All messages go to the transfer layer at the channel's priority, in order.
 
+use crate::time::Time;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -135,7 +136,7 @@ impl ChannelSender {
 
     /// Stamps the deadlines of packets waiting since the last stamp, as counted from
     /// `now` (see `SendQueues::stamp`).
-    pub(crate) fn stamp(&mut self, now: Instant) {
+    pub(crate) fn stamp(&mut self, now: Time) {
         for p in self.waiting.iter_mut().rev() {
             let Tag::Within(d) = p.deadline else { break };
             p.deadline = stamped(now, d);

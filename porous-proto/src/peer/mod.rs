@@ -48,9 +48,10 @@ mod session;
 mod settings;
 mod timers;
 
+use crate::time::Time;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -85,9 +86,9 @@ enum Origin {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Closing {
     /// Sending what is pending first, until this deadline.
-    Flushing(Instant),
+    Flushing(Time),
     /// Sending disconnection requests since this time.
-    Requesting(Instant),
+    Requesting(Time),
 }
 
 /// A peer's handshake state: what it sends and what it learned until it is connected.
@@ -99,7 +100,7 @@ struct Handshake {
     params: Option<Params>,
     /// The first handshake datagram sent and how many were sent: a reply to a lone one is
     /// a clean round-trip sample (Karn: never one to a retried one).
-    sent: Option<(Instant, u32)>,
+    sent: Option<(Time, u32)>,
     /// Secret seed of the frame ids the session skips (see `Transfer`).
     skip_seed: u64,
     /// This side's connect data, sent with every request (never with a reply).
@@ -133,9 +134,9 @@ pub(crate) struct Peer {
     /// Boxed: made only once connected, so a pending handshake does not carry its room.
     session: Option<Box<Session>>,
     /// When the current state began.
-    since: Instant,
-    last_recv: Instant,
-    next_send: Option<Instant>,
+    since: Time,
+    last_recv: Time,
+    next_send: Option<Time>,
     /// The wait before the next handshake retry (8 bytes: `lean::Nanos`).
     retry: Nanos,
     malformed: u64,
@@ -157,7 +158,7 @@ pub(crate) struct Peer {
 
 impl Peer {
     fn new(
-        now: Instant,
+        now: Time,
         (id, remote): (PeerId, SocketAddr),
         settings: Arc<Settings>,
         local: ConnectRequest,
@@ -216,7 +217,7 @@ impl Peer {
     /// connect data `data`, at the next step. `seed` is secret randomness for the session
     /// (the frame ids it skips).
     pub(crate) fn outgoing(
-        now: Instant,
+        now: Time,
         at: (PeerId, SocketAddr),
         settings: Arc<Settings>,
         (local, data): (ConnectRequest, Bytes),
@@ -238,7 +239,7 @@ impl Peer {
     /// token's keys and the connect data is its user data.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn incoming(
-        now: Instant,
+        now: Time,
         at: (PeerId, SocketAddr),
         settings: Arc<Settings>,
         (local, seed): (ConnectRequest, u64),
@@ -313,14 +314,14 @@ impl Peer {
         self.awaiting
     }
 
-    fn enter(&mut self, now: Instant, state: PeerState) {
+    fn enter(&mut self, now: Time, state: PeerState) {
         self.state = state;
         self.since = now;
         self.next_send = None;
     }
 
     /// Ends the connection with `reason`, telling the application if it knows the peer.
-    fn end(&mut self, now: Instant, state: PeerState, reason: DisconnectReason, out: &mut Outputs) {
+    fn end(&mut self, now: Time, state: PeerState, reason: DisconnectReason, out: &mut Outputs) {
         if self.known_to_app() {
             out.event(Event::Disconnected { peer: self.id, reason });
         }
@@ -336,7 +337,7 @@ impl Peer {
         self.enter(now, state);
     }
 
-    fn connected(&mut self, now: Instant, out: &mut Outputs) {
+    fn connected(&mut self, now: Time, out: &mut Outputs) {
         // The handshake is over: its state goes (a connected peer never sends a request
         // again; late requests are answered from the nonces and keys).
         let h = self.handshake.take();
@@ -364,7 +365,7 @@ impl Peer {
     /// proven it receives, and every request it sends is answered by one reply no larger,
     /// so nobody can make this host send a spoofed address more than it sent (a lost
     /// reply is covered by the requester's own retry).
-    fn send_handshake(&mut self, now: Instant, out: &mut Outputs) {
+    fn send_handshake(&mut self, now: Time, out: &mut Outputs) {
         // Only ever called while connecting, which keeps the handshake state.
         let Some((local, remote_req)) = self.handshake.as_deref().map(|h| (h.local, h.remote_req)) else { return };
         match (remote_req, &mut self.secure) {
@@ -425,7 +426,7 @@ impl Peer {
     /// A control datagram (type `ty`, already peeked) from this peer's address.
     pub(crate) fn handle_control(
         &mut self,
-        now: Instant,
+        now: Time,
         ty: u8,
         datagram: &[u8],
         out: &mut Outputs,
@@ -452,7 +453,7 @@ impl Peer {
     /// window. Requests are opened by the host (`Peer::handle_sealed_request`).
     pub(crate) fn handle_sealed_control(
         &mut self,
-        now: Instant,
+        now: Time,
         ty: u8,
         datagram: &[u8],
         out: &mut Outputs,
@@ -478,7 +479,7 @@ impl Peer {
     /// keys, id and user data; the reply is sealed for the request it answers.
     pub(crate) fn handle_sealed_request(
         &mut self,
-        now: Instant,
+        now: Time,
         req: ConnectRequest,
         token: &VerifiedToken,
         out: &mut Outputs,
@@ -503,7 +504,7 @@ impl Peer {
     }
 
     /// Acts on a verified control datagram.
-    fn on_control(&mut self, now: Instant, control: Control<'_>, out: &mut Outputs) {
+    fn on_control(&mut self, now: Time, control: Control<'_>, out: &mut Outputs) {
         match control {
             Control::Request { request, data } => self.on_request(now, request, data, None, out),
             Control::RequestAck(req) => {
@@ -539,7 +540,7 @@ impl Peer {
     /// `reply_key`: in secure mode, the key replies to it are sealed with.
     fn on_request(
         &mut self,
-        now: Instant,
+        now: Time,
         req: ConnectRequest,
         data: &[u8],
         reply_key: Option<SecretKey>,
@@ -596,7 +597,7 @@ impl Peer {
         }
     }
 
-    fn on_ack(&mut self, now: Instant, out: &mut Outputs) {
+    fn on_ack(&mut self, now: Time, out: &mut Outputs) {
         if self.state == PeerState::Connecting {
             self.acked = true;
             if self.remote_nonce.is_some() {
@@ -605,7 +606,7 @@ impl Peer {
         }
     }
 
-    fn on_challenge(&mut self, now: Instant, cookie: Cookie, out: &mut Outputs) {
+    fn on_challenge(&mut self, now: Time, cookie: Cookie, out: &mut Outputs) {
         if self.state == PeerState::Connecting && self.remote_nonce.is_none() {
             if let Some(h) = self.handshake.as_deref_mut() {
                 h.local.cookie = Some(cookie);
@@ -614,7 +615,7 @@ impl Peer {
         }
     }
 
-    fn on_disconnect(&mut self, now: Instant, code: u32, out: &mut Outputs) {
+    fn on_disconnect(&mut self, now: Time, code: u32, out: &mut Outputs) {
         if self.keys().is_none() {
             return;
         }
@@ -633,7 +634,7 @@ impl Peer {
     /// A connection datagram, copied into shared bytes.
     pub(crate) fn handle_data(
         &mut self,
-        now: Instant,
+        now: Time,
         datagram: &Bytes,
         out: &mut Outputs,
     ) -> Result<(), wire::DecodeError> {
@@ -646,7 +647,7 @@ impl Peer {
     /// plaintext), its counter marked as received, and then its plaintext processed.
     pub(crate) fn handle_sealed_data(
         &mut self,
-        now: Instant,
+        now: Time,
         datagram: &[u8],
         arena: &mut Arena,
         out: &mut Outputs,
@@ -677,13 +678,7 @@ impl Peer {
 
     /// Verifies and processes a connection datagram (`datagram`: as received in plain
     /// mode, the verified plaintext in secure mode).
-    fn receive(
-        &mut self,
-        now: Instant,
-        datagram: &Bytes,
-        key: Key,
-        out: &mut Outputs,
-    ) -> Result<(), wire::DecodeError> {
+    fn receive(&mut self, now: Time, datagram: &Bytes, key: Key, out: &mut Outputs) -> Result<(), wire::DecodeError> {
         let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
         if !active || self.remote_nonce.is_none() {
             return Ok(());
@@ -736,7 +731,7 @@ impl Peer {
 
     /// Answers a request awaiting the application's decision: the handshake goes on as
     /// if the request had just arrived. Returns whether it was awaiting.
-    pub(crate) fn accept(&mut self, now: Instant, out: &mut Outputs) -> bool {
+    pub(crate) fn accept(&mut self, now: Time, out: &mut Outputs) -> bool {
         if !self.awaiting {
             return false;
         }
@@ -748,7 +743,7 @@ impl Peer {
     /// Refuses a request awaiting the application's decision with the application's
     /// `code`, and ends the peer at once (the host deletes it at its next step): it costs
     /// no more than a refusal. Returns whether it was awaiting.
-    pub(crate) fn reject(&mut self, now: Instant, code: u32, out: &mut Outputs) -> bool {
+    pub(crate) fn reject(&mut self, now: Time, code: u32, out: &mut Outputs) -> bool {
         let (true, Some(nonce)) = (self.awaiting, self.remote_nonce) else { return false };
         self.reply(&Control::Refuse(RefuseReason::Rejected(code)), nonce, None, out);
         self.end(now, PeerState::Zombie, DisconnectReason::Local, out);
@@ -757,7 +752,7 @@ impl Peer {
 
     /// Starts a graceful disconnection, telling the remote `code`: pending packets are sent
     /// first. A request awaiting the application's decision is rejected with `code`.
-    pub(crate) fn disconnect(&mut self, now: Instant, code: u32, out: &mut Outputs) {
+    pub(crate) fn disconnect(&mut self, now: Time, code: u32, out: &mut Outputs) {
         if self.reject(now, code, out) {
             return;
         }
@@ -781,7 +776,7 @@ impl Peer {
     /// Disconnects at once, telling the remote `code`: pending packets are dropped, one
     /// disconnection request is sent, and the application hears of it now. A request
     /// awaiting the application's decision is rejected with `code`.
-    pub(crate) fn disconnect_now(&mut self, now: Instant, code: u32, out: &mut Outputs) {
+    pub(crate) fn disconnect_now(&mut self, now: Time, code: u32, out: &mut Outputs) {
         if matches!(self.state, PeerState::Disconnected | PeerState::Zombie) || self.reject(now, code, out) {
             return;
         }
@@ -792,7 +787,7 @@ impl Peer {
     // ---- timers and output ---------------------------------------------------------
 
     /// Runs the timers due at `now` and sends what is due.
-    pub(crate) fn poll(&mut self, now: Instant, step: Duration, out: &mut Outputs) {
+    pub(crate) fn poll(&mut self, now: Time, step: Duration, out: &mut Outputs) {
         if let Some(s) = &mut self.session {
             s.stamp(now);
             s.transfer.set_step_interval(step);
@@ -822,11 +817,11 @@ impl Peer {
         }
     }
 
-    fn heard_nothing(&self, now: Instant) -> bool {
+    fn heard_nothing(&self, now: Time) -> bool {
         now.saturating_duration_since(self.last_recv) >= self.timeout.get()
     }
 
-    fn flush(&mut self, now: Instant, out: &mut Outputs) {
+    fn flush(&mut self, now: Time, out: &mut Outputs) {
         let Some(s) = &mut self.session else { return };
         let remote = self.remote;
         let (arena, emit) = out.datagrams(remote);
@@ -844,7 +839,7 @@ impl Peer {
         }
     }
 
-    fn poll_closing(&mut self, now: Instant, out: &mut Outputs) {
+    fn poll_closing(&mut self, now: Time, out: &mut Outputs) {
         if self.heard_nothing(now) {
             let reason = self.graceful_end();
             self.end(now, PeerState::Zombie, reason, out);
@@ -877,7 +872,7 @@ impl Peer {
 
     /// When [`Peer::poll`] must run next: the earliest row of the peer's timer table,
     /// refreshed from its state.
-    pub(crate) fn next_timeout(&mut self, now: Instant) -> Option<Instant> {
+    pub(crate) fn next_timeout(&mut self, now: Time) -> Option<Time> {
         let cfg = &self.settings.config;
         let mut timers = Timers::default();
         let t = &mut timers;

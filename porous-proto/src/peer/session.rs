@@ -7,8 +7,8 @@
 //! stored and acknowledged whole, or neither) and receive its messages. Sending: channels
 //! queue messages into the transfer layer, which each flush turns into datagrams.
 
+use crate::time::Time;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -114,7 +114,7 @@ impl Session {
 
     /// Gives the time to the deadlines of unreliable packets sent since the last call:
     /// every call with a time runs this first.
-    pub(crate) fn stamp(&mut self, now: Instant) {
+    pub(crate) fn stamp(&mut self, now: Time) {
         if std::mem::take(&mut self.unstamped) {
             self.channels.stamp(now);
             self.transfer.stamp(now);
@@ -144,7 +144,7 @@ impl Session {
     /// Processes a verified datagram, calling `deliver` with each packet it completes.
     pub(crate) fn process(
         &mut self,
-        now: Instant,
+        now: Time,
         data: &Data<'_>,
         msgs: &[Message<'_>],
         datagram: &Bytes,
@@ -167,7 +167,7 @@ impl Session {
     /// value of its counter.
     pub(crate) fn flush(
         &mut self,
-        now: Instant,
+        now: Time,
         arena: &mut Arena,
         mut sealing: Option<(&AeadKey, &mut u64)>,
         mut emit: impl FnMut(Bytes),

@@ -6,7 +6,7 @@
 //! is built at each call and not kept in the peer. A new timer (pacing, a delayed
 //! acknowledgement) is one more row.
 
-use std::time::Instant;
+use crate::time::Time;
 
 /// What a row of the table waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,11 +44,11 @@ impl Timer {
 
 /// The table: one optional deadline per [`Timer`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Timers([Option<Instant>; Timer::COUNT]);
+pub(crate) struct Timers([Option<Time>; Timer::COUNT]);
 
 impl Timers {
     /// Sets `timer` to `at` (`None` stops it).
-    pub(crate) fn set(&mut self, timer: Timer, at: Option<Instant>) {
+    pub(crate) fn set(&mut self, timer: Timer, at: Option<Time>) {
         if let Some(row) = self.0.get_mut(timer.index()) {
             *row = at;
         }
@@ -56,7 +56,7 @@ impl Timers {
 
     /// When `timer` fires, if it runs.
     #[cfg(test)]
-    pub(crate) fn get(&self, timer: Timer) -> Option<Instant> {
+    pub(crate) fn get(&self, timer: Timer) -> Option<Time> {
         self.0.get(timer.index()).copied().flatten()
     }
 
@@ -67,7 +67,7 @@ impl Timers {
     }
 
     /// The earliest deadline of all.
-    pub(crate) fn next(&self) -> Option<Instant> {
+    pub(crate) fn next(&self) -> Option<Time> {
         self.0.iter().flatten().min().copied()
     }
 }
@@ -80,7 +80,7 @@ mod tests {
 
     #[test]
     fn the_earliest_row_is_the_next_deadline() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut timers = Timers::default();
         assert_eq!(timers.next(), None);
         timers.set(Timer::Idle, Some(t + Duration::from_secs(10)));

@@ -23,8 +23,9 @@
 //! oldest go first): forgetting an old range is safe, since a sender still waiting for it
 //! resends and is acknowledged anew.
 
+use crate::time::Time;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::lean::Nanos;
 use crate::seq::SeqSpace;
@@ -46,7 +47,7 @@ pub(crate) const MIN_RHYTHM_GAP: Duration = Duration::from_millis(4);
 #[derive(Debug, Default)]
 pub(crate) struct Cadence {
     /// When this side last sent a frame.
-    last: Option<Instant>,
+    last: Option<Time>,
     /// Smoothed time between the instants this side sends frames (several frames of
     /// one flush count once).
     gap: Nanos,
@@ -54,7 +55,7 @@ pub(crate) struct Cadence {
 
 impl Cadence {
     /// This side sent a frame at `now`.
-    pub(crate) fn on_frame_sent(&mut self, now: Instant) {
+    pub(crate) fn on_frame_sent(&mut self, now: Time) {
         if let Some(last) = self.last {
             // A pause enters the average as at most a couple of waits, so the rhythm is
             // found again within a few ticks of the game resuming.
@@ -68,13 +69,13 @@ impl Cadence {
     }
 
     /// When this side last sent a frame.
-    pub(crate) fn last(&self) -> Option<Instant> {
+    pub(crate) fn last(&self) -> Option<Time> {
         self.last
     }
 
     /// When this side's next frame is expected, a quarter of a gap late, if it keeps a
     /// rhythm of at most [`MAX_ACK_DELAY`].
-    fn expected(&self) -> Option<Instant> {
+    fn expected(&self) -> Option<Time> {
         let (last, gap) = (self.last?, self.gap.get());
         (!gap.is_zero() && gap <= MAX_ACK_DELAY).then(|| last + gap + gap / 4)
     }
@@ -95,7 +96,7 @@ impl Cadence {
     /// The latest something owed since `since` waits for a ride: the first not overdue
     /// of this side's next frame and `also` (another moment a ride is expected), capped
     /// at [`MAX_ACK_DELAY`] after `since`; `since` itself when none is expected.
-    pub(crate) fn ride_by(&self, since: Instant, also: Option<Instant>) -> Instant {
+    pub(crate) fn ride_by(&self, since: Time, also: Option<Time>) -> Time {
         [self.expected(), also]
             .into_iter()
             .flatten()
@@ -138,9 +139,9 @@ pub(crate) struct Receiver {
     /// A frame arrived out of order, or again, since the last ack section.
     reordered: bool,
     /// When the oldest frame the next acknowledgement covers arrived.
-    held_since: Option<Instant>,
+    held_since: Option<Time>,
     /// When the newest frame (`i_b - 1`) arrived.
-    newest_at: Option<Instant>,
+    newest_at: Option<Time>,
 }
 
 impl Receiver {
@@ -182,7 +183,7 @@ impl Receiver {
 
     /// Records the receipt of frame `k` at `now` (already checked with
     /// [`Receiver::in_window`]).
-    pub(crate) fn record(&mut self, k: u32, now: Instant) {
+    pub(crate) fn record(&mut self, k: u32, now: Time) {
         let s = SeqSpace::FRAME;
         if s.in_range(k, self.i_b, u64::from(self.window)) {
             // Newer than anything so far; a skip over ids is a gap the sender should hear
@@ -217,7 +218,7 @@ impl Receiver {
 
     /// When the peer's next frame is expected, a quarter of a gap late, if its frames
     /// arrive at a rhythm between [`MIN_RHYTHM_GAP`] and [`MAX_ACK_DELAY`].
-    pub(crate) fn next_arrival(&self) -> Option<Instant> {
+    pub(crate) fn next_arrival(&self) -> Option<Time> {
         let gap = Duration::from_micros(u64::from(self.arrival_gap_us));
         let last = self.newest_at?;
         (MIN_RHYTHM_GAP..=MAX_ACK_DELAY).contains(&gap).then(|| last + gap + gap / 4)
@@ -304,12 +305,12 @@ impl Receiver {
     /// Whether a due acknowledgement must go now, alone if nothing else goes: two frames
     /// wait for it, one arrived out of order or again, or it has waited as long as
     /// this side's `cadence` and the peer's rhythm allow.
-    pub(crate) fn ack_urgent(&self, now: Instant, cadence: &Cadence) -> bool {
+    pub(crate) fn ack_urgent(&self, now: Time, cadence: &Cadence) -> bool {
         self.ack_deadline(cadence).is_some_and(|t| now >= t)
     }
 
     /// When a due acknowledgement stops waiting for a ride.
-    pub(crate) fn ack_deadline(&self, cadence: &Cadence) -> Option<Instant> {
+    pub(crate) fn ack_deadline(&self, cadence: &Cadence) -> Option<Time> {
         let since = self.held_since.filter(|_| self.ack_due())?;
         // Waiting for the peer's next frame ends in an acknowledgement of two frames, sent
         // at once when that frame arrives.
@@ -319,7 +320,7 @@ impl Receiver {
     /// How long ago the newest frame arrived, at `now`, in [`ACK_DELAY_UNIT`]s: the hold
     /// of its first acknowledgement, or, when that was lost and a repeat carries it, the
     /// time since (which keeps the sender's sample exact all the same).
-    pub(crate) fn ack_delay(&self, now: Instant) -> u32 {
+    pub(crate) fn ack_delay(&self, now: Time) -> u32 {
         let held = self.newest_at.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         // At most three bytes on the wire (67 s): a longer time says nothing more.
         u32::try_from(held.as_nanos() / ACK_DELAY_UNIT.as_nanos()).unwrap_or(u32::MAX).min(MAX_DELAY_UNITS)
@@ -372,7 +373,7 @@ mod tests {
     /// Fills `r` with `MAX_RANGES` one-frame ranges from `from` and sends each three times.
     fn full_and_acknowledged(r: &mut Receiver, from: u32) {
         for k in (from..from + 2 * MAX_RANGES as u32).step_by(2) {
-            r.record(k, Instant::now());
+            r.record(k, Time::ZERO);
         }
         while r.has_repeats() {
             let n = ranges(r).len();
@@ -388,15 +389,15 @@ mod tests {
         // resends it forever), and an acknowledgement is due only with something to say.
         let mut r = Receiver::new(0, 65_536);
         full_and_acknowledged(&mut r, 1000);
-        r.record(10, Instant::now());
+        r.record(10, Time::ZERO);
         assert!(r.ack_due());
         assert_eq!(ranges(&r), [(10, 10)]);
         // Acknowledged ranges make way; those still to be repeated stay.
         let mut q = Receiver::new(0, 65_536);
         for k in (1000..1000 + 2 * MAX_RANGES as u32).step_by(2) {
-            q.record(k, Instant::now());
+            q.record(k, Time::ZERO);
         }
-        q.record(10, Instant::now());
+        q.record(10, Time::ZERO);
         // With every range still to be repeated, the oldest goes: its sender resends it
         // later, when older ranges have been repeated and make way.
         assert_eq!(ranges(&q).len(), MAX_RANGES);
@@ -408,7 +409,7 @@ mod tests {
         let mut r = Receiver::new(0, 65_536);
         full_and_acknowledged(&mut r, 1000);
         // A duplicate of a frame whose range is kept re-arms that range.
-        r.record(1000, Instant::now());
+        r.record(1000, Time::ZERO);
         assert!(r.ack_due() && ranges(&r) == [(1000, 1000)]);
         r.sent(1);
         // Outside the window: never recorded (the caller checks), nothing due.
@@ -419,7 +420,7 @@ mod tests {
     fn ranges_sent_fit_the_byte_budget() {
         let mut r = Receiver::new(0, 65_536);
         for k in (0..4000).step_by(3) {
-            r.record(k, Instant::now());
+            r.record(k, Time::ZERO);
         }
         for budget in [10, 40, 117, 300, 1000] {
             let mut out = SmallVec::new();
@@ -440,9 +441,9 @@ mod tests {
         let mut r = Receiver::new(u32::MAX - 1, 4);
         assert!(r.in_window(u32::MAX - 5) && !r.in_window(u32::MAX - 6));
         assert!(r.in_window(1) && !r.in_window(2));
-        r.record(1, Instant::now()); // across the wrap, inside [i_b, i_b + N_P)
+        r.record(1, Time::ZERO); // across the wrap, inside [i_b, i_b + N_P)
         assert_eq!(r.base(), 2);
-        r.record(u32::MAX, Instant::now()); // older: accepted, no advance
+        r.record(u32::MAX, Time::ZERO); // older: accepted, no advance
         assert_eq!(r.base(), 2);
         assert_eq!(ranges(&r), [(1, 1), (u32::MAX, u32::MAX)]);
     }
@@ -451,7 +452,7 @@ mod tests {
     fn ranges_merge_and_repeat_three_times() {
         let mut r = Receiver::new(100, 65_536);
         for k in [100, 101, 103, 102, 106] {
-            r.record(k, Instant::now());
+            r.record(k, Time::ZERO);
         }
         assert_eq!(ranges(&r), [(106, 106), (100, 103)]);
         assert!(r.ack_due());
@@ -462,7 +463,7 @@ mod tests {
         assert!(!r.ack_due() && !r.has_repeats());
         assert!(ranges(&r).is_empty());
         // Receiving an old frame again re-arms just its range.
-        r.record(101, Instant::now());
+        r.record(101, Time::ZERO);
         assert_eq!(ranges(&r), [(100, 103)]);
     }
 
@@ -470,14 +471,14 @@ mod tests {
     fn ranges_stay_inside_the_window_and_bounded() {
         let mut r = Receiver::new(0, 16);
         for k in (0..40).step_by(2) {
-            r.record(k, Instant::now());
+            r.record(k, Time::ZERO);
         }
         // Window of 16: ids 23..=38 may remain, the even ones of them.
         assert_eq!(ranges(&r).len(), 8);
         assert!(ranges(&r).iter().all(|&(f, _)| f >= 24));
         let mut big = Receiver::new(0, 65_536);
         for k in (0..1000).step_by(2) {
-            big.record(k, Instant::now());
+            big.record(k, Time::ZERO);
         }
         assert_eq!(ranges(&big).len(), MAX_RANGES);
     }
@@ -485,7 +486,7 @@ mod tests {
     #[test]
     fn a_steady_one_way_stream_is_acknowledged_every_second_frame() {
         // A side that sends nothing of its own, receiving a frame every 16 ms.
-        let (t, ms) = (Instant::now(), Duration::from_millis(1));
+        let (t, ms) = (Time::ZERO, Duration::from_millis(1));
         let own = Cadence::default();
         let mut r = Receiver::new(0, 65_536);
         let mut acks = 0;
@@ -511,7 +512,7 @@ mod tests {
 
     #[test]
     fn a_frame_after_silence_or_a_gap_is_acknowledged_at_once() {
-        let (t, ms) = (Instant::now(), Duration::from_millis(1));
+        let (t, ms) = (Time::ZERO, Duration::from_millis(1));
         let own = Cadence::default();
         let mut r = Receiver::new(0, 65_536);
         // Frames 100 ms apart: no rhythm worth waiting for.
@@ -542,7 +543,7 @@ mod tests {
 
     #[test]
     fn the_peer_wait_covers_the_hold_for_this_sides_next_frame() {
-        let (t, ms) = (Instant::now(), Duration::from_millis(1));
+        let (t, ms) = (Time::ZERO, Duration::from_millis(1));
         let mut c = Cadence::default();
         assert_eq!(c.peer_wait(), Duration::ZERO, "no rhythm, no wait");
         for i in 0..20u32 {

@@ -15,9 +15,9 @@
 //! raced its original) is counted once, by the caller, which only reports new
 //! acknowledgements.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::lean::{at_offset, offset};
+use crate::time::Time;
 
 /// What the connection had delivered when a frame was (re)sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,44 +25,11 @@ pub(crate) struct SendState {
     /// Bytes delivered (acknowledged) before this transmission.
     pub(crate) delivered: u64,
     /// When `delivered` last grew, as of this transmission.
-    pub(crate) delivered_at: Instant,
+    pub(crate) delivered_at: Time,
     /// When the first transmission of the flight this one belongs to left.
-    pub(crate) first_sent_at: Instant,
+    pub(crate) first_sent_at: Time,
     /// Sent while the application left the window unfilled.
     pub(crate) app_limited: bool,
-}
-
-/// A [`SendState`] and its send time as [`Delivery`] keeps the newest acknowledged one:
-/// its times as signed nanoseconds from the send time (48 bytes instead of 64).
-#[derive(Clone, Copy, Debug)]
-struct Newest {
-    delivered: u64,
-    delivered_at: i64,
-    first_sent_at: i64,
-    app_limited: bool,
-    sent_at: Instant,
-}
-
-impl Newest {
-    fn keep(s: SendState, sent_at: Instant) -> Self {
-        Self {
-            delivered: s.delivered,
-            delivered_at: offset(sent_at, s.delivered_at),
-            first_sent_at: offset(sent_at, s.first_sent_at),
-            app_limited: s.app_limited,
-            sent_at,
-        }
-    }
-
-    fn get(self) -> (SendState, Instant) {
-        let state = SendState {
-            delivered: self.delivered,
-            delivered_at: at_offset(self.sent_at, self.delivered_at),
-            first_sent_at: at_offset(self.sent_at, self.first_sent_at),
-            app_limited: self.app_limited,
-        };
-        (state, self.sent_at)
-    }
 }
 
 /// One delivery rate sample, built from an acknowledgement.
@@ -81,15 +48,15 @@ pub(crate) struct RateSample {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Delivery {
     delivered: u64,
-    delivered_at: Option<Instant>,
+    delivered_at: Option<Time>,
     /// Send time of the newest acknowledged transmission: where the next flight's send
     /// interval starts.
-    first_sent_at: Option<Instant>,
+    first_sent_at: Option<Time>,
     /// Samples until `delivered` passes this are app-limited (0: none are).
     app_limited_until: u64,
     /// The acknowledgement being gathered: the newest acknowledged transmission's state
     /// and send time.
-    newest: Option<Newest>,
+    newest: Option<(SendState, Time)>,
 }
 
 impl Delivery {
@@ -99,7 +66,7 @@ impl Delivery {
     }
 
     /// A transmission leaves now; `nothing_in_flight` says it starts a new flight.
-    pub(crate) fn on_send(&mut self, now: Instant, nothing_in_flight: bool) -> SendState {
+    pub(crate) fn on_send(&mut self, now: Time, nothing_in_flight: bool) -> SendState {
         if nothing_in_flight || self.first_sent_at.is_none() {
             self.first_sent_at = Some(now);
             // After an idle period the ack interval restarts too: a sample must not span
@@ -127,12 +94,12 @@ impl Delivery {
     }
 
     /// A transmission of `bytes`, sent at `sent_at` with `state`, was acknowledged now.
-    pub(crate) fn on_acked(&mut self, now: Instant, bytes: usize, state: SendState, sent_at: Instant) {
+    pub(crate) fn on_acked(&mut self, now: Time, bytes: usize, state: SendState, sent_at: Time) {
         self.delivered += bytes as u64;
         self.delivered_at = Some(now);
-        let newer = self.newest.is_none_or(|n| state.delivered > n.delivered || sent_at > n.sent_at);
+        let newer = self.newest.is_none_or(|(n, at)| state.delivered > n.delivered || sent_at > at);
         if newer {
-            self.newest = Some(Newest::keep(state, sent_at));
+            self.newest = Some((state, sent_at));
             self.first_sent_at = Some(sent_at);
         }
         if self.app_limited_until > 0 && self.delivered > self.app_limited_until {
@@ -144,7 +111,7 @@ impl Delivery {
     /// anything. Samples over an interval shorter than `min_interval` (the minimum RTT)
     /// are discarded: they measure a burst, not the path.
     pub(crate) fn take_sample(&mut self, min_interval: Duration) -> Option<RateSample> {
-        let (state, sent_at) = self.newest.take()?.get();
+        let (state, sent_at) = self.newest.take()?;
         let delivered_at = self.delivered_at.unwrap_or(sent_at);
         let send_elapsed = sent_at.saturating_duration_since(state.first_sent_at);
         let ack_elapsed = delivered_at.saturating_duration_since(state.delivered_at);
@@ -166,9 +133,9 @@ mod tests {
     fn a_steady_flight_samples_its_rate() {
         // A frame of 1,000 bytes every ms, each acknowledged 50 ms after it left, for
         // 200 ms: once the first round trip is past, every sample is 1,000 bytes per ms.
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut d = Delivery::default();
-        let mut out: std::collections::VecDeque<(SendState, Instant)> = std::collections::VecDeque::new();
+        let mut out: std::collections::VecDeque<(SendState, Time)> = std::collections::VecDeque::new();
         let mut rates = Vec::new();
         for ms in 0..200u32 {
             let now = t + ms * MS;
@@ -192,7 +159,7 @@ mod tests {
         // A caller stepping every ms over a path faster than that: 64 kB leave and are
         // acknowledged in the same instant, with more always waiting. The rate is what
         // each step moves; restarting the interval at each empty flight measured nothing.
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut d = Delivery::default();
         let mut rates = Vec::new();
         for ms in 0..20u32 {
@@ -217,7 +184,7 @@ mod tests {
     fn an_ack_burst_does_not_inflate_the_rate() {
         // Five frames sent 10 ms apart, all acknowledged in one instant: the send interval
         // bounds the rate.
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut d = Delivery::default();
         let first = d.on_send(t, true);
         d.on_acked(t + 100 * MS, 1000, first, t);
@@ -235,7 +202,7 @@ mod tests {
 
     #[test]
     fn app_limited_marks_last_until_the_flight_is_delivered_and_short_intervals_are_dropped() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut d = Delivery::default();
         d.on_app_limited(2000);
         let a = d.on_send(t, true);

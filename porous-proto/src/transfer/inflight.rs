@@ -20,13 +20,13 @@
 //! the reordering window (a time-based rule in the manner of RACK, RFC 8985: reordering
 //! within the window never causes a resend, whatever the number of frames overtaken).
 
+use crate::time::Time;
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::delivery::SendState;
 use super::queues::OutMessage;
-use crate::lean::{at_offset, offset};
 use crate::seq::SeqSpace;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,15 +50,14 @@ pub(crate) struct Frame {
     size: u32,
     pub(crate) msgs: Range<u64>,
     pub(crate) serial: u64,
-    pub(crate) sent_at: Instant,
+    pub(crate) sent_at: Time,
     pub(crate) transmissions: u32,
     /// What the connection had delivered when the latest transmission left (a
-    /// [`SendState`], see [`Frame::delivery`]), its times kept as signed nanoseconds from
-    /// `sent_at`: 24 bytes a frame fewer than two `Instant`s and a padded flag, and exact
-    /// for times within 292 years of each other.
+    /// [`SendState`], see [`Frame::delivery`]), kept field by field so its flag packs
+    /// beside the frame's other small fields instead of padding a struct of its own.
     delivered: u64,
-    delivered_at: i64,
-    first_sent_at: i64,
+    delivered_at: Time,
+    first_sent_at: Time,
     app_limited: bool,
 }
 
@@ -77,17 +76,17 @@ impl Frame {
     pub(crate) fn delivery(&self) -> SendState {
         SendState {
             delivered: self.delivered,
-            delivered_at: at_offset(self.sent_at, self.delivered_at),
-            first_sent_at: at_offset(self.sent_at, self.first_sent_at),
+            delivered_at: self.delivered_at,
+            first_sent_at: self.first_sent_at,
             app_limited: self.app_limited,
         }
     }
 
-    /// Records `d` for the latest transmission; `sent_at` must be set first.
+    /// Records `d` for the latest transmission.
     fn set_delivery(&mut self, d: SendState) {
         self.delivered = d.delivered;
-        self.delivered_at = offset(self.sent_at, d.delivered_at);
-        self.first_sent_at = offset(self.sent_at, d.first_sent_at);
+        self.delivered_at = d.delivered_at;
+        self.first_sent_at = d.first_sent_at;
         self.app_limited = d.app_limited;
     }
 }
@@ -96,7 +95,7 @@ impl Frame {
 struct Sent {
     serial: u64,
     id: u32,
-    at: Instant,
+    at: Time,
 }
 
 /// Heap bytes the record needs per unit of [`InFlight::span`] at most: a frame, a message
@@ -112,7 +111,7 @@ pub(crate) enum Outcome {
     /// and `sent_at` describe the latest transmission, for the delivery rate. `was_lost`:
     /// the frame had been declared lost and was waiting for its resend (so it was an
     /// earlier transmission that arrived: the loss was spurious).
-    Acked { size: usize, sent_once: Option<(u64, Instant)>, delivery: SendState, sent_at: Instant, was_lost: bool },
+    Acked { size: usize, sent_once: Option<(u64, Time)>, delivery: SendState, sent_at: Time, was_lost: bool },
     /// Dropped and discarded (an unreliable frame).
     Discarded,
     /// Dropped and now waiting to be resent; unreliable messages were stripped.
@@ -247,19 +246,12 @@ impl InFlight {
     }
 
     /// Records a new frame over the messages stored since `first_msg`; returns its id.
-    pub(crate) fn push(
-        &mut self,
-        first_msg: u64,
-        reliable: bool,
-        size: usize,
-        now: Instant,
-        delivery: SendState,
-    ) -> u32 {
+    pub(crate) fn push(&mut self, first_msg: u64, reliable: bool, size: usize, now: Time, delivery: SendState) -> u32 {
         let id = self.next;
         self.next = SeqSpace::FRAME.add(id, 1);
         let serial = self.take_serial(id, now);
         crate::lean::room_for_first(&mut self.frames);
-        let mut frame = Frame {
+        let frame = Frame {
             id,
             state: State::InFlight,
             reliable,
@@ -268,12 +260,11 @@ impl InFlight {
             serial,
             sent_at: now,
             transmissions: 1,
-            delivered: 0,
-            delivered_at: 0,
-            first_sent_at: 0,
-            app_limited: false,
+            delivered: delivery.delivered,
+            delivered_at: delivery.delivered_at,
+            first_sent_at: delivery.first_sent_at,
+            app_limited: delivery.app_limited,
         };
-        frame.set_delivery(delivery);
         self.frames.push_back(frame);
         self.flight += size;
         self.live += 1;
@@ -283,7 +274,7 @@ impl InFlight {
     /// Consumes the next id without sending anything under it. `at` is the store index
     /// where the next frame's messages begin: message ranges follow frame ids, so the
     /// skipped frame's empty range must sit before them.
-    pub(crate) fn skip(&mut self, now: Instant, at: u64) {
+    pub(crate) fn skip(&mut self, now: Time, at: u64) {
         let id = self.next;
         self.next = SeqSpace::FRAME.add(id, 1);
         let msgs = at..at;
@@ -298,15 +289,15 @@ impl InFlight {
             transmissions: 0,
             // As a `SendState` of nothing delivered, both times `now`.
             delivered: 0,
-            delivered_at: 0,
-            first_sent_at: 0,
+            delivered_at: now,
+            first_sent_at: now,
             app_limited: false,
         });
     }
 
     /// Logs a transmission of frame `id` at `at` and returns its serial. The caller then
     /// records the serial on the frame (which may not be in `frames` yet).
-    fn take_serial(&mut self, id: u32, at: Instant) -> u64 {
+    fn take_serial(&mut self, id: u32, at: Time) -> u64 {
         // Superseded transmissions leave the log only from its front; behind a live one
         // they pile up (a frame resent again and again). Past twice the frames, sweep,
         // before logging the new transmission: its frame does not carry its serial yet,
@@ -349,7 +340,7 @@ impl InFlight {
     }
 
     /// A lost frame was transmitted again, now `size` bytes.
-    pub(crate) fn resent(&mut self, id: u32, size: usize, now: Instant, delivery: SendState) {
+    pub(crate) fn resent(&mut self, id: u32, size: usize, now: Time, delivery: SendState) {
         let Some(i) = self.index(id) else { return };
         let serial = self.take_serial(id, now);
         let Some(f) = self.frames.get_mut(i) else { return };
@@ -443,7 +434,7 @@ impl InFlight {
     /// transmission at least `window` before `now`. Calls `lost` with each, in send order.
     pub(crate) fn detect_losses(
         &mut self,
-        now: Instant,
+        now: Time,
         rto: Duration,
         window: Duration,
         mut lost: impl FnMut(&mut Self, u32),
@@ -467,7 +458,7 @@ impl InFlight {
 
     /// The oldest transmission still in flight: its send time, and whether a later one
     /// has been acknowledged (so the reordering window applies to it).
-    pub(crate) fn oldest_send(&self) -> Option<(Instant, bool)> {
+    pub(crate) fn oldest_send(&self) -> Option<(Time, bool)> {
         self.sent
             .iter()
             .find(|s| {
@@ -566,7 +557,7 @@ mod tests {
 
     #[test]
     fn a_frame_keeps_its_delivery_state_exactly() {
-        let base = Instant::now() + Duration::from_secs(3600);
+        let base = Time::ZERO + Duration::from_secs(3600);
         let mut q = InFlight::new(7);
         let state = SendState {
             delivered: 12_345,
@@ -577,10 +568,10 @@ mod tests {
         let id = q.push(0, true, 100, base, state);
         let Some(Outcome::Acked { delivery, sent_at, .. }) = q.ack(id, |_| {}) else { panic!("acked") };
         assert_eq!((delivery, sent_at), (state, base));
-        assert_eq!(size_of::<Frame>(), 80);
+        assert_eq!(size_of::<Frame>(), 72);
     }
 
-    fn frame(q: &mut InFlight, modes: &[SendMode], now: Instant) -> u32 {
+    fn frame(q: &mut InFlight, modes: &[SendMode], now: Time) -> u32 {
         let first = q.store_end();
         for (i, &m) in modes.iter().enumerate() {
             q.store_message(msg(0, i as u32, m, 100));
@@ -592,7 +583,7 @@ mod tests {
 
     #[test]
     fn acks_release_frames_and_advance_the_base_only_from_the_front() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut q = InFlight::new(u32::MAX - 1);
         let a = frame(&mut q, &[SendMode::Reliable], t);
         let b = frame(&mut q, &[SendMode::Reliable, SendMode::Unreliable], t);
@@ -612,7 +603,7 @@ mod tests {
 
     #[test]
     fn losses_by_reordering_and_by_timeout() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let ms = Duration::from_millis(1);
         let mut q = InFlight::new(0);
         let ids: Vec<u32> = (0..6).map(|i| frame(&mut q, &[SendMode::Reliable], t + i * ms)).collect();
@@ -637,7 +628,7 @@ mod tests {
 
     #[test]
     fn dropped_frames_strip_unreliable_messages_or_become_sentinels() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut q = InFlight::new(10);
         let mixed = frame(&mut q, &[SendMode::Reliable, SendMode::Unreliable], t);
         let unrel = frame(&mut q, &[SendMode::Unreliable], t);
@@ -660,7 +651,7 @@ mod tests {
 
     #[test]
     fn skipped_ids_are_never_outstanding_and_their_acks_are_caught() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut q = InFlight::new(100);
         let a = frame(&mut q, &[SendMode::Reliable], t);
         let at = q.store_end();

@@ -30,10 +30,11 @@ mod ping;
 mod queues;
 mod rtt;
 
+use crate::time::Time;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BufMut;
 use smallvec::SmallVec;
@@ -172,7 +173,7 @@ pub(crate) struct Transfer {
     pacer: Pacer,
     /// When the pacer will let the next datagram go, while it holds back data that is
     /// ready to send (the pacing timer).
-    pacing_wait: Option<Instant>,
+    pacing_wait: Option<Time>,
     rtt: Rtt,
     ping: Ping,
     /// Bytes each channel holds in the queues and in flight.
@@ -185,16 +186,16 @@ pub(crate) struct Transfer {
     skipped: VecDeque<u32>,
     /// Repair candidates: small reliable messages sent and not yet copied, oldest first,
     /// with their store index and send time.
-    repair: VecDeque<(u64, Instant)>,
+    repair: VecDeque<(u64, Time)>,
     /// Bytes of repair copies sent so far (bounded by a share of all bytes sent).
     repair_bytes: u64,
     /// When a tail-loss probe goes out if no datagram has carried the candidates' copies.
-    probe_at: Option<Instant>,
+    probe_at: Option<Time>,
     /// When the last datagram went to the peer (the keepalive counts from it).
-    last_sent: Option<Instant>,
+    last_sent: Option<Time>,
     /// The hold the resend timeout allows for (see [`Transfer::rto`]), kept current where
     /// its inputs change (a frame sent, a frame received) rather than recomputed from
-    /// `Instant`s at each of the several reads a datagram makes.
+    /// `Time`s at each of the several reads a datagram makes.
     rto_hold: Nanos,
 }
 
@@ -266,7 +267,7 @@ impl Transfer {
     }
 
     /// Stamps the deadlines of messages queued since the last call that gave the time.
-    pub(crate) fn stamp(&mut self, now: Instant) {
+    pub(crate) fn stamp(&mut self, now: Time) {
         self.queues.stamp(now);
     }
 
@@ -309,7 +310,7 @@ impl Transfer {
             + self.receiver.memory()
             + self.cc.memory()
             + self.skipped.capacity() * size_of::<u32>()
-            + self.repair.capacity() * size_of::<(u64, Instant)>()
+            + self.repair.capacity() * size_of::<(u64, Time)>()
             + if self.queued.spilled() { self.queued.capacity() * size_of::<usize>() } else { 0 }
             + self.queued.iter().sum::<usize>()
     }
@@ -344,13 +345,13 @@ impl Transfer {
 
     /// When a datagram must go out even with nothing else in it, as a keepalive: a
     /// `ping_interval` after the last one.
-    fn keepalive_at(&self) -> Option<Instant> {
+    fn keepalive_at(&self) -> Option<Time> {
         self.last_sent.map(|t| t + self.shared.ping_interval)
     }
 
     /// Whether a new frame may open now: something waits (queued data, or a tail-loss
     /// probe), and the transfer window, the record's span and the congestion window allow.
-    fn can_open_frame(&self, now: Instant) -> bool {
+    fn can_open_frame(&self, now: Time) -> bool {
         (!self.queues.is_empty() || self.probe_due(now))
             && self.inflight.window_open(self.shared.frame_window)
             && self.inflight.span() < self.shared.span_limit
@@ -361,7 +362,7 @@ impl Transfer {
     /// when there is nothing (more) to send now.
     pub(crate) fn poll_datagram<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
-        now: Instant,
+        now: Time,
         key: Key,
         ids: &impl IdPolicy,
         out: &mut B,
@@ -561,7 +562,7 @@ impl Transfer {
     /// its time-critical data). Returns the frame id and its messages' size.
     fn assemble(
         &mut self,
-        now: Instant,
+        now: Time,
         ids: &impl IdPolicy,
         budget: usize,
         room: usize,
@@ -646,7 +647,7 @@ impl Transfer {
     }
 
     /// Whether the next message assembly takes (after dropping expired ones) is unreliable.
-    fn unreliable_next(&mut self, now: Instant) -> bool {
+    fn unreliable_next(&mut self, now: Time) -> bool {
         let (queued, stats) = (&mut self.queued, &mut self.stats);
         self.queues.front(now, |m| expire(queued, stats, m)).is_some_and(OutMessage::is_unreliable_data)
     }
@@ -659,13 +660,13 @@ impl Transfer {
 
     /// Whether a tail-loss probe is due: candidates wait for a copy and nothing has gone
     /// out to carry one for the probe delay.
-    fn probe_due(&self, now: Instant) -> bool {
+    fn probe_due(&self, now: Time) -> bool {
         self.probe_at.is_some_and(|t| t <= now) && !self.repair.is_empty()
     }
 
     /// When the tail-loss probe goes out, if one waits. While the pacer holds data back,
     /// its own timer is the one to wake for (the probe goes when the pacer lets it).
-    pub(crate) fn probe_deadline(&self) -> Option<Instant> {
+    pub(crate) fn probe_deadline(&self) -> Option<Time> {
         self.probe_at.filter(|_| !self.repair.is_empty() && self.pacing_wait.is_none())
     }
 
@@ -674,7 +675,7 @@ impl Transfer {
     /// not receive, to keep our congestion window open, soon acknowledges a skipped id and
     /// is found out (the defence QUIC specifies against optimistic acknowledgements).
     /// Never a sentinel position, never outside the transfer window.
-    fn maybe_skip(&mut self, now: Instant, at: u64) {
+    fn maybe_skip(&mut self, now: Time, at: u64) {
         if self.skip == 0 {
             return;
         }
@@ -712,7 +713,7 @@ impl Transfer {
 
     /// Handles everything of a verified datagram but its messages: the ping, its echo and
     /// the acknowledgements.
-    pub(crate) fn on_datagram(&mut self, now: Instant, data: &Data<'_>, len: usize) {
+    pub(crate) fn on_datagram(&mut self, now: Time, data: &Data<'_>, len: usize) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += len as u64;
         if let Some(id) = data.ping {
@@ -726,7 +727,7 @@ impl Transfer {
         }
         // The newest frame acknowledged here that was sent only once gives an RTT sample;
         // when it is the newest the peer acknowledges, the peer said how long it held it.
-        let mut newest: Option<(u64, Instant, u32)> = None;
+        let mut newest: Option<(u64, Time, u32)> = None;
         let (mut acked, mut spurious) = (0, 0);
         for range in data.acks() {
             let (a, s) = self.on_ack_range(now, range, &mut newest);
@@ -765,12 +766,7 @@ impl Transfer {
     /// Acknowledges the frames of `range`: bytes newly acknowledged, and of those the
     /// bytes of frames whose loss was spurious (declared lost, yet an earlier transmission
     /// arrived: its acknowledgement was lost or late, not the frame).
-    fn on_ack_range(
-        &mut self,
-        now: Instant,
-        range: AckRange,
-        newest: &mut Option<(u64, Instant, u32)>,
-    ) -> (usize, usize) {
+    fn on_ack_range(&mut self, now: Time, range: AckRange, newest: &mut Option<(u64, Time, u32)>) -> (usize, usize) {
         let s = SeqSpace::FRAME;
         let base = self.inflight.base();
         let next = self.inflight.next_id();
@@ -813,7 +809,7 @@ impl Transfer {
         (acked, spurious)
     }
 
-    fn detect_losses(&mut self, now: Instant) {
+    fn detect_losses(&mut self, now: Time) {
         let spacing = self.shared.sentinel_spacing;
         let path = self.path();
         let window = self.reorder_window();
@@ -844,7 +840,7 @@ impl Transfer {
     }
 
     /// Runs the resend timer.
-    pub(crate) fn on_timeout(&mut self, now: Instant) {
+    pub(crate) fn on_timeout(&mut self, now: Time) {
         self.detect_losses(now);
         self.inflight.pop_done();
     }
@@ -859,7 +855,7 @@ impl Transfer {
     }
 
     /// Records frame `k` as received: it will be acknowledged.
-    pub(crate) fn accept_frame(&mut self, k: u32, now: Instant) {
+    pub(crate) fn accept_frame(&mut self, k: u32, now: Time) {
         self.receiver.record(k, now);
         self.rto_hold = self.current_rto_hold();
         self.stats.frames_received += 1;
@@ -873,30 +869,30 @@ impl Transfer {
 
     /// When loss detection must run next: the RTO of the oldest transmission in flight,
     /// or the end of its reordering window once a later one was acknowledged.
-    pub(crate) fn loss_deadline(&self) -> Option<Instant> {
+    pub(crate) fn loss_deadline(&self) -> Option<Time> {
         let (t, overtaken) = self.inflight.oldest_send()?;
         let rto = self.rto();
         Some(t + if overtaken { rto.min(self.reorder_window()) } else { rto })
     }
 
     /// When the keepalive goes out if nothing else has.
-    pub(crate) fn ping_deadline(&self) -> Option<Instant> {
+    pub(crate) fn ping_deadline(&self) -> Option<Time> {
         self.keepalive_at()
     }
 
     /// When a held acknowledgement or echo stops waiting for a datagram to ride on.
-    pub(crate) fn ack_deadline(&self) -> Option<Instant> {
+    pub(crate) fn ack_deadline(&self) -> Option<Time> {
         [self.receiver.ack_deadline(&self.cadence), self.ping.echo_deadline(&self.cadence)].into_iter().flatten().min()
     }
 
     /// When the pacer lets the next datagram go, while it holds back data ready to send.
-    pub(crate) fn pacing_deadline(&self) -> Option<Instant> {
+    pub(crate) fn pacing_deadline(&self) -> Option<Time> {
         self.pacing_wait
     }
 
     /// The next time a timer of this layer fires.
     #[cfg(test)]
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+    pub(crate) fn next_timeout(&self) -> Option<Time> {
         [self.loss_deadline(), self.ping_deadline(), self.pacing_deadline(), self.probe_deadline(), self.ack_deadline()]
             .into_iter()
             .flatten()

@@ -18,7 +18,8 @@
 //! most the rate times the interval, plus the depth, plus two datagrams (one for a send
 //! that took the bucket below zero, one for an urgent send below that).
 
-use std::time::{Duration, Instant};
+use crate::time::Time;
+use std::time::Duration;
 
 /// The least time's worth of sending the bucket holds.
 pub(crate) const MIN_BURST_TIME: Duration = Duration::from_millis(1);
@@ -28,7 +29,7 @@ pub(crate) const MIN_BURST_TIME: Duration = Duration::from_millis(1);
 pub(crate) struct Pacer {
     /// Bytes that may leave now (may be one datagram negative after a send).
     tokens: i64,
-    last: Option<Instant>,
+    last: Option<Time>,
 }
 
 /// The bucket's depth: what a step of `step` may send at `rate`, at least
@@ -42,7 +43,7 @@ pub(crate) fn depth(rate: u64, step: Duration, mtu: usize) -> u64 {
 impl Pacer {
     /// Adds what `rate` (bytes per second) earned since the last refill, up to `depth`. The
     /// first refill fills the bucket.
-    pub(crate) fn refill(&mut self, now: Instant, rate: u64, depth: u64) {
+    pub(crate) fn refill(&mut self, now: Time, rate: u64, depth: u64) {
         let depth = i64::try_from(depth).unwrap_or(i64::MAX / 4);
         let earned = match self.last {
             None => depth,
@@ -73,7 +74,7 @@ impl Pacer {
     }
 
     /// When the bucket will next allow a datagram, filling at `rate`.
-    pub(crate) fn ready_at(&self, now: Instant, rate: u64) -> Instant {
+    pub(crate) fn ready_at(&self, now: Time, rate: u64) -> Time {
         if self.tokens > 0 {
             return now;
         }
@@ -93,7 +94,7 @@ mod tests {
 
     #[test]
     fn a_fixed_tick_gets_its_whole_allowance_and_an_event_driven_caller_its_wake_up() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let rate = 1_200_000; // 1.2 MB/s: 1,000 datagrams of 1,200 bytes a second.
         let tick = Duration::from_micros(16_667);
         let mut p = Pacer::default();
@@ -124,10 +125,10 @@ mod tests {
         fn prop(rate: u32, steps: Vec<(u8, u8)>) -> TestResult {
             let rate = u64::from(rate % 50_000_000) + 1_000;
             let mtu = 1200;
-            let t0 = Instant::now();
+            let t0 = Time::ZERO;
             let mut p = Pacer::default();
             let mut now = t0;
-            let mut log: Vec<(Instant, usize)> = Vec::new();
+            let mut log: Vec<(Time, usize)> = Vec::new();
             let mut max_depth = 0;
             for (gap, tries) in steps {
                 now += Duration::from_micros(u64::from(gap) * 250);

@@ -8,31 +8,29 @@
 //! Pings go out at most once per smoothed RTT while frames are in flight, and once per
 //! ping interval otherwise, which keeps an idle connection alive.
 
-use std::time::{Duration, Instant};
-
-use crate::lean::{at_offset, offset};
+use std::time::Duration;
 
 use super::acks::Cadence;
+use crate::time::Time;
 
 /// How many recent pings can still be answered.
 pub(crate) const REMEMBERED: usize = 8;
 
 /// A ring slot holding no send time.
-const FORGOTTEN: i64 = i64::MIN;
+const FORGOTTEN: Time = Time::MIN;
 
 #[derive(Debug)]
 pub(crate) struct Ping {
     next_id: u8,
-    /// The recent pings, ping `id` in slot `id % REMEMBERED`: its id and when it was sent,
-    /// as signed nanoseconds from `last_sent` ([`FORGOTTEN`] once answered; the ring is
-    /// moved to count from each new send), 8 bytes a slot instead of an `Option<Instant>`'s
-    /// 16. Ids and times apart, as a tuple of the two would pad each id to 8 bytes.
+    /// The recent pings, ping `id` in slot `id % REMEMBERED`: its id and when it was sent
+    /// ([`FORGOTTEN`] once answered), 8 bytes a slot instead of an `Option<Time>`'s 16.
+    /// Ids and times apart, as a tuple of the two would pad each id to 8 bytes.
     recent_ids: [u8; REMEMBERED],
-    recent_at: [i64; REMEMBERED],
-    last_sent: Option<Instant>,
+    recent_at: [Time; REMEMBERED],
+    last_sent: Option<Time>,
     echo: Option<u8>,
     /// When the echo owed was first owed.
-    echo_since: Option<Instant>,
+    echo_since: Option<Time>,
     /// The ping came with a frame: its echo waits with that frame's acknowledgement for a
     /// datagram to ride on, and the delay the acknowledgement reports covers it too. A
     /// ping alone (an idle peer's keepalive) is echoed at once, so its sample is exact.
@@ -55,45 +53,36 @@ impl Default for Ping {
 
 impl Ping {
     /// When the next ping is due, given the period between pings.
-    pub(crate) fn deadline(&self, period: Duration) -> Option<Instant> {
+    pub(crate) fn deadline(&self, period: Duration) -> Option<Time> {
         self.last_sent.map(|t| t + period)
     }
 
-    pub(crate) fn due(&self, now: Instant, period: Duration) -> bool {
+    pub(crate) fn due(&self, now: Time, period: Duration) -> bool {
         self.deadline(period).is_none_or(|t| now >= t)
     }
 
     /// Takes a new ping id to send now.
-    pub(crate) fn send(&mut self, now: Instant) -> u8 {
+    pub(crate) fn send(&mut self, now: Time) -> u8 {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         let slot = usize::from(id) % REMEMBERED;
-        // The ring counts from the latest send: moved to count from `now`.
-        if let Some(last) = self.last_sent {
-            let by = offset(now, last);
-            for at in &mut self.recent_at {
-                if *at != FORGOTTEN {
-                    *at = at.checked_add(by).filter(|&t| t != FORGOTTEN).unwrap_or(FORGOTTEN);
-                }
-            }
-        }
         if let (Some(i), Some(at)) = (self.recent_ids.get_mut(slot), self.recent_at.get_mut(slot)) {
             *i = id;
-            *at = 0;
+            *at = now;
         }
         self.last_sent = Some(now);
         id
     }
 
     /// The peer pinged us at `now`, with a frame or alone.
-    pub(crate) fn on_ping(&mut self, id: u8, now: Instant, with_frame: bool) {
+    pub(crate) fn on_ping(&mut self, id: u8, now: Time, with_frame: bool) {
         self.echo_waits = if self.echo.is_some() { self.echo_waits && with_frame } else { with_frame };
         self.echo = Some(id);
         self.echo_since.get_or_insert(now);
     }
 
     /// When the echo owed stops waiting for a ride, given this side's `cadence`.
-    pub(crate) fn echo_deadline(&self, cadence: &Cadence) -> Option<Instant> {
+    pub(crate) fn echo_deadline(&self, cadence: &Cadence) -> Option<Time> {
         let since = self.echo_since.filter(|_| self.echo.is_some())?;
         // An echo waits for this side's frames only: one that waited for the peer's next
         // frame would go with an acknowledgement whose delay field times that frame's
@@ -113,7 +102,7 @@ impl Ping {
     }
 
     /// The peer echoed `id`: the round-trip sample, if it echoes a remembered ping.
-    pub(crate) fn on_echo(&mut self, now: Instant, id: u8) -> Option<Duration> {
+    pub(crate) fn on_echo(&mut self, now: Time, id: u8) -> Option<Duration> {
         let slot = usize::from(id) % REMEMBERED;
         if self.recent_ids.get(slot) != Some(&id) {
             return None;
@@ -122,7 +111,6 @@ impl Ping {
         if at == FORGOTTEN {
             return None;
         }
-        let at = at_offset(self.last_sent?, at);
         Some(now.saturating_duration_since(at))
     }
 }
@@ -133,7 +121,7 @@ mod tests {
 
     #[test]
     fn every_remembered_ping_yields_one_sample() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let ms = Duration::from_millis(1);
         let mut p = Ping::default();
         assert!(p.due(t, 100 * ms));

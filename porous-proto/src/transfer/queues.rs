@@ -24,8 +24,9 @@
 //! [`SendQueues::front`] last returned the head of, until [`SendQueues::pop`] takes it or
 //! anything else changes the queues.
 
+use crate::time::Time;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -57,7 +58,7 @@ pub(crate) enum Tag {
     /// given is dropped (stamped into `Expires` then).
     Within(Duration),
     /// An unreliable message not sent by then is dropped.
-    Expires(Instant),
+    Expires(Time),
     /// A repair copy of the message at this store index (see `Transfer`'s repair). A copy
     /// is never resent and costs its channel nothing.
     CopyOf(u64),
@@ -101,9 +102,10 @@ impl OutMessage {
     }
 }
 
-/// The deadline `d` after `now` (none if it is past the end of time).
-pub(crate) fn stamped(now: Instant, d: Duration) -> Tag {
-    now.checked_add(d).map_or(Tag::Plain, Tag::Expires)
+/// The deadline `d` after `now` (one past 292 years from the host's epoch is the last
+/// time there is, which never passes).
+pub(crate) fn stamped(now: Time, d: Duration) -> Tag {
+    Tag::Expires(now + d)
 }
 
 /// What a queued message costs besides its payload (see [`OutMessage::cost`]).
@@ -114,7 +116,7 @@ pub(crate) const QUANTUM: usize = 1200;
 
 impl OutMessage {
     /// Whether an unreliable message's deadline has passed at `now`.
-    fn expired(&self, now: Instant) -> bool {
+    fn expired(&self, now: Time) -> bool {
         matches!(self.tag, Tag::Expires(t) if now > t)
     }
 
@@ -196,7 +198,7 @@ impl SendQueues {
     /// Stamps the deadlines of messages queued since the last stamp, as counted from
     /// `now`. Those are the newest of their lanes, so each lane is walked from its back
     /// only as far as they go.
-    pub(crate) fn stamp(&mut self, now: Instant) {
+    pub(crate) fn stamp(&mut self, now: Time) {
         for lane in &mut self.lanes {
             for m in lane.queue.iter_mut().rev() {
                 let Tag::Within(d) = m.tag else { break };
@@ -258,7 +260,7 @@ impl SendQueues {
     }
 
     /// Drops the expired unreliable messages at the head of `channel`'s lane.
-    fn expire_head(&mut self, channel: u8, now: Instant, expired: &mut impl FnMut(&OutMessage)) {
+    fn expire_head(&mut self, channel: u8, now: Time, expired: &mut impl FnMut(&OutMessage)) {
         let mut gone = 0;
         let Some(lane) = self.lanes.get_mut(usize::from(channel)) else { return };
         while lane.queue.front().is_some_and(|m| m.is_unreliable_data() && m.expired(now)) {
@@ -276,7 +278,7 @@ impl SendQueues {
     /// The next message assembly would take at `now`, dropping the expired unreliable
     /// messages it meets on the way (each given to `expired`). [`SendQueues::pop`] takes
     /// it.
-    pub(crate) fn front(&mut self, now: Instant, mut expired: impl FnMut(&OutMessage)) -> Option<&OutMessage> {
+    pub(crate) fn front(&mut self, now: Time, mut expired: impl FnMut(&OutMessage)) -> Option<&OutMessage> {
         self.selected = None;
         for l in LEVELS.map(level) {
             // Heads that expired go first, so what is chosen below is sendable. A lane
@@ -420,7 +422,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn drain(q: &mut SendQueues, now: Instant) -> Vec<(u8, u32)> {
+    fn drain(q: &mut SendQueues, now: Time) -> Vec<(u8, u32)> {
         std::iter::from_fn(|| {
             q.front(now, |_| {})?;
             q.pop().map(|m| (m.channel, m.id))
@@ -435,7 +437,7 @@ pub(crate) mod tests {
         q.push(Priority::High, EQUAL, msg(0, 0, SendMode::Reliable, 1));
         q.push(Priority::Low, EQUAL, msg(1, 1, SendMode::Reliable, 1));
         q.push(Priority::High, EQUAL, msg(0, 1, SendMode::Reliable, 1));
-        assert_eq!(drain(&mut q, Instant::now()), [(0, 0), (0, 1), (1, 0), (1, 1)]);
+        assert_eq!(drain(&mut q, Time::ZERO), [(0, 0), (0, 1), (1, 0), (1, 1)]);
         assert!(q.is_empty());
     }
 
@@ -450,7 +452,7 @@ pub(crate) mod tests {
         for i in 0..5 {
             q.push(Priority::High, EQUAL, msg(1, 100 + i, SendMode::Reliable, 30));
         }
-        let order = drain(&mut q, Instant::now());
+        let order = drain(&mut q, Time::ZERO);
         let first_small = order.iter().position(|&(c, _)| c == 1).unwrap();
         assert!(first_small <= 1, "a small message waits at most one big one: {order:?}");
         let last_small = order.iter().rposition(|&(c, _)| c == 1).unwrap();
@@ -464,14 +466,14 @@ pub(crate) mod tests {
             w.push(Priority::High, &[3, 1], msg(0, i, SendMode::Reliable, 1100));
             w.push(Priority::High, &[3, 1], msg(1, 100 + i, SendMode::Reliable, 1100));
         }
-        let order = drain(&mut w, Instant::now());
+        let order = drain(&mut w, Time::ZERO);
         let heavy = order.iter().take(12).filter(|o| o.0 == 0).count();
         assert!((8..=10).contains(&heavy), "weight 3 to 1: {heavy} of the first 12");
     }
 
     #[test]
     fn a_deadline_counts_from_the_stamp_not_the_queueing() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let ms = Duration::from_millis(1);
         let mut q = SendQueues::default();
         let mut old = msg(0, 1, SendMode::Unreliable, 10);
@@ -492,7 +494,7 @@ pub(crate) mod tests {
 
     #[test]
     fn unreliable_goes_first_and_never_late() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let ms = Duration::from_millis(1);
         let mut q = SendQueues::default();
         for i in 0..4 {
@@ -545,6 +547,6 @@ pub(crate) mod tests {
         assert_eq!(q.len(), 4);
         // Unreliable heads go first (channel 4's packet, then channel 3's once it is at the
         // head); each channel's order is kept.
-        assert_eq!(drain(&mut q, Instant::now()), [(4, 7), (3, 6), (3, 8), (3, 8)]);
+        assert_eq!(drain(&mut q, Time::ZERO), [(4, 7), (3, 6), (3, 8), (3, 8)]);
     }
 }

@@ -12,7 +12,7 @@
 //! - reset ((13)-(15)): when drops keep coming for `rho x RTO` with no acknowledgement in
 //!   between, `ssthresh = max(cwnd / 2, 2 MTU)` and `cwnd = MTU`, with rho = 8.
 
-use std::time::Instant;
+use crate::time::Time;
 
 use super::Path;
 use crate::stats::{CongestionMode, CongestionStats};
@@ -31,9 +31,9 @@ pub(crate) struct Aimd {
     cwnd: usize,
     ssthresh: usize,
     acked_in_window: usize,
-    backoff_until: Option<Instant>,
+    backoff_until: Option<Time>,
     /// Time of the first drop since the last acknowledgement (or the last reset).
-    first_unacked_drop: Option<Instant>,
+    first_unacked_drop: Option<Time>,
     resets: u64,
 }
 
@@ -83,7 +83,7 @@ impl Aimd {
     }
 
     /// A frame of `bytes` bytes was acknowledged.
-    pub(crate) fn on_frame_acked(&mut self, _now: Instant, bytes: usize, path: Path) {
+    pub(crate) fn on_frame_acked(&mut self, _now: Time, bytes: usize, path: Path) {
         self.first_unacked_drop = None;
         let max = self.max_window(path);
         if self.cwnd <= self.ssthresh {
@@ -99,7 +99,7 @@ impl Aimd {
     }
 
     /// A frame was considered dropped.
-    pub(crate) fn on_drop(&mut self, now: Instant, path: Path) {
+    pub(crate) fn on_drop(&mut self, now: Time, path: Path) {
         self.acked_in_window = 0;
         match self.first_unacked_drop {
             None => self.first_unacked_drop = Some(now),
@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn slow_start_adds_one_mtu_per_acked_frame_up_to_b_times_rtt() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         // B = 50 kB/s, RTT 100 ms: W_max = 5000 bytes.
         let mut c = Aimd::new(MTU, 2 * MTU, 50_000, usize::MAX);
         for expect in [3000, 4000, 5000, 5000] {
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn avoidance_adds_one_mtu_per_window_acknowledged() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut c = Aimd::new(MTU, 4 * MTU, 0, usize::MAX);
         c.on_drop(t, path()); // cwnd 2000, ssthresh 2000: still slow start (8)
         assert_eq!((c.window(), c.ssthresh()), (2000, 2000));
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn one_backoff_per_rtt() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut c = Aimd::new(MTU, 16 * MTU, 0, usize::MAX);
         c.on_drop(t, path());
         assert_eq!((c.window(), c.ssthresh()), (8000, 8000));
@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn reset_after_rho_rtos_of_drops_without_an_ack() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut c = Aimd::new(MTU, 16 * MTU, 0, usize::MAX);
         c.on_drop(t, path()); // 8000
         c.on_drop(t + 1000 * MS, path()); // 4000
@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn no_bandwidth_limit_means_the_ceiling() {
-        let t = Instant::now();
+        let t = Time::ZERO;
         let mut c = Aimd::new(MTU, MTU, 0, 64 * MTU);
         for _ in 0..100 {
             c.on_frame_acked(t, MTU, path());

@@ -19,7 +19,8 @@
 mod aimd;
 mod model;
 
-use std::time::{Duration, Instant};
+use crate::time::Time;
+use std::time::Duration;
 
 pub(crate) use aimd::Aimd;
 pub(crate) use model::Model;
@@ -109,21 +110,21 @@ impl Controller {
 
     /// A frame of `bytes` bytes was acknowledged (each, in turn, before the
     /// acknowledgement's [`Controller::on_ack`]).
-    pub(crate) fn on_frame_acked(&mut self, now: Instant, bytes: usize, path: Path) {
+    pub(crate) fn on_frame_acked(&mut self, now: Time, bytes: usize, path: Path) {
         if let Self::Aimd(a) = self {
             a.on_frame_acked(now, bytes, path);
         }
     }
 
     /// An acknowledgement acknowledged frames.
-    pub(crate) fn on_ack(&mut self, now: Instant, ack: &AckEvent, path: Path) {
+    pub(crate) fn on_ack(&mut self, now: Time, ack: &AckEvent, path: Path) {
         if let Self::Model(m) = self {
             m.on_ack(now, ack, path);
         }
     }
 
     /// A frame of `bytes` bytes was considered dropped.
-    pub(crate) fn on_drop(&mut self, now: Instant, bytes: usize, path: Path) {
+    pub(crate) fn on_drop(&mut self, now: Time, bytes: usize, path: Path) {
         match self {
             Self::Model(m) => m.on_drop(now, bytes, path),
             Self::Aimd(a) => a.on_drop(now, path),

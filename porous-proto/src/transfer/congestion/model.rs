@@ -50,7 +50,8 @@
 //! acknowledges what it never received is caught by the skipped frame ids before it can
 //! inflate the model far (`tests/hostile.rs`).
 
-use std::time::{Duration, Instant};
+use crate::time::Time;
+use std::time::Duration;
 
 use super::{AckEvent, Limits, Path};
 use crate::lean::Nanos;
@@ -148,7 +149,7 @@ pub(crate) struct Model {
     bw: BwFilter,
     min_rtt: Nanos,
     /// When `min_rtt` was last seen (or set).
-    min_rtt_at: Option<Instant>,
+    min_rtt_at: Option<Time>,
     /// Round trips so far, and the delivered count that ends the current one.
     round: u64,
     round_ends_at: u64,
@@ -157,9 +158,9 @@ pub(crate) struct Model {
     full_bw_rounds: u8,
     /// The current ProbeBandwidth phase and when it began.
     cycle: u8,
-    cycle_at: Option<Instant>,
+    cycle_at: Option<Time>,
     /// ProbeRtt: when the flight first reached its floor, and the round that must end.
-    probe_rtt_done: Option<(Instant, u64)>,
+    probe_rtt_done: Option<(Time, u64)>,
     /// The mode to return to after ProbeRtt, the round ProbeRtt began in, and the window
     /// it began with (restored at its end: pacing keeps the rate, and regrowing the window
     /// by what is acknowledged would take seven round trips more).
@@ -199,7 +200,7 @@ pub(crate) struct Model {
     random_loss: f64,
     /// The last time anything was acknowledged, and whether the path has been silent
     /// since for two RTOs with frames being lost.
-    last_ack: Option<Instant>,
+    last_ack: Option<Time>,
     silent: bool,
     /// The latest delivery sample was application-limited: the flow sends less than the
     /// path carries, so it keeps no queue of its own and its round trips show the path's.
@@ -370,7 +371,7 @@ impl Model {
     }
 
     /// An acknowledgement acknowledged frames.
-    pub(crate) fn on_ack(&mut self, now: Instant, ack: &AckEvent, path: Path) {
+    pub(crate) fn on_ack(&mut self, now: Time, ack: &AckEvent, path: Path) {
         self.srtt = Nanos::of(path.srtt);
         self.last_ack = Some(now);
         if self.silent {
@@ -416,7 +417,7 @@ impl Model {
     }
 
     /// A frame of `bytes` bytes was considered dropped.
-    pub(crate) fn on_drop(&mut self, now: Instant, bytes: usize, path: Path) {
+    pub(crate) fn on_drop(&mut self, now: Time, bytes: usize, path: Path) {
         self.srtt = Nanos::of(path.srtt);
         self.round_lost += bytes as u64;
         let quiet = self.last_ack.is_none_or(|t| now.saturating_duration_since(t) >= 2 * path.rto);
@@ -528,7 +529,7 @@ impl Model {
         }
     }
 
-    fn advance_mode(&mut self, now: Instant, ack: &AckEvent) {
+    fn advance_mode(&mut self, now: Time, ack: &AckEvent) {
         let bdp = self.bdp();
         let min_rtt = self.min_rtt().unwrap_or(self.srtt.get());
         match self.mode {
@@ -590,7 +591,7 @@ impl Model {
         }
     }
 
-    fn enter_probe_bandwidth(&mut self, now: Instant) {
+    fn enter_probe_bandwidth(&mut self, now: Time) {
         self.mode = CongestionMode::ProbeBandwidth;
         // Start in a cruising phase chosen by the round count, so that flows which
         // started apart do not probe in step.
@@ -618,23 +619,23 @@ mod tests {
     /// Feeds the model a path of `rate` bytes per second and `rtt`, one acknowledgement
     /// per round trip, for `rounds`, with `lost` of each round's bytes lost and the RTT
     /// samples `rtt_seen`. Returns the model.
-    fn drive(m: &mut Model, t: &mut Instant, rate: u64, rtt: Duration, rounds: u32, lost: f64, rtt_seen: Duration) {
+    fn drive(m: &mut Model, t: &mut Time, rate: u64, rtt: Duration, rounds: u32, lost: f64, rtt_seen: Duration) {
         for _ in 0..rounds {
             round(m, t, rate, rtt, lost, rtt_seen, 1.0);
         }
     }
 
     /// A model that found a 10 MB/s, 50 ms path and is in ProbeBandwidth, and its clock.
-    fn cruising() -> (Model, Instant) {
+    fn cruising() -> (Model, Time) {
         let mut m = Model::new(limits());
-        let mut t = Instant::now();
+        let mut t = Time::ZERO;
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
         assert_eq!(m.stats().mode, CongestionMode::ProbeBandwidth);
         (m, t)
     }
 
     /// One round of [`drive`], the flight at its end `flight` times what it acknowledged.
-    fn round(m: &mut Model, t: &mut Instant, rate: u64, rtt: Duration, lost: f64, rtt_seen: Duration, flight: f64) {
+    fn round(m: &mut Model, t: &mut Time, rate: u64, rtt: Duration, lost: f64, rtt_seen: Duration, flight: f64) {
         *t += rtt;
         let acked = (rate as f64 * rtt.as_secs_f64()) as usize;
         let lost_bytes = (acked as f64 * lost) as usize;
@@ -651,7 +652,7 @@ mod tests {
     #[test]
     fn startup_finds_the_bandwidth_and_the_flight_settles_near_the_bdp() {
         let mut m = Model::new(limits());
-        let mut t = Instant::now();
+        let mut t = Time::ZERO;
         assert_eq!(m.stats().mode, CongestionMode::Startup);
         assert!(m.pacing_rate() > 0, "paced from the first datagram");
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
@@ -667,7 +668,7 @@ mod tests {
     #[test]
     fn an_application_limited_flow_keeps_its_estimate_however_long() {
         let mut m = Model::new(limits());
-        let mut t = Instant::now();
+        let mut t = Time::ZERO;
         drive(&mut m, &mut t, 1_000_000, 50 * MS, 10, 0.0, 50 * MS);
         assert_eq!(m.stats().bandwidth, 1_000_000);
         // Fifty rounds of a game sending a fiftieth of that, and a lone small resend that
@@ -734,7 +735,7 @@ mod tests {
         assert!((239_000..=241_000).contains(&lifted), "{lifted}");
         // The same loss at the path's minimum round trip is random loss: no verdict.
         let mut fresh = Model::new(limits());
-        let mut t = Instant::now();
+        let mut t = Time::ZERO;
         drive(&mut fresh, &mut t, 10_000_000, 50 * MS, 10, 0.0, 50 * MS);
         drive(&mut fresh, &mut t, 10_000_000, 50 * MS, 10, 0.005, 50 * MS);
         assert_eq!(fresh.stats().bandwidth, 10_000_000);
@@ -744,7 +745,7 @@ mod tests {
     fn below_two_milliseconds_no_loss_is_taken_for_random() {
         // Loopback: 500 us round trips that do not grow while a buffer overflows.
         let mut m = Model::new(limits());
-        let mut t = Instant::now();
+        let mut t = Time::ZERO;
         let rtt = Duration::from_micros(500);
         drive(&mut m, &mut t, 100_000_000, rtt, 10, 0.0, rtt);
         assert_eq!(m.stats().bandwidth, 100_000_000);
@@ -771,7 +772,7 @@ mod tests {
     #[test]
     fn the_negotiated_bandwidth_caps_the_rate_and_arithmetic_saturates() {
         let mut m = Model::new(Limits { bandwidth: 100_000, ..limits() });
-        let mut t = Instant::now();
+        let mut t = Time::ZERO;
         drive(&mut m, &mut t, 10_000_000, 50 * MS, 12, 0.0, 50 * MS);
         assert!(m.pacing_rate() <= 100_000);
         // A zero RTT, a rate of zero and one near the maximum, an RTT of hours.
@@ -806,7 +807,7 @@ mod tests {
         // A game on a 600 ms path with 20 ms of jitter: its ticks fill the flight the
         // model allows, never more, and its samples rarely match the first minimum.
         let mut m = Model::new(limits());
-        let mut t = Instant::now();
+        let mut t = Time::ZERO;
         drive(&mut m, &mut t, 20_000, 600 * MS, 10, 0.0, 600 * MS);
         let window = m.window();
         for round in 0..40u32 {
@@ -825,7 +826,7 @@ mod tests {
         assert!(m.stats().min_rtt >= 610 * MS, "{:?}", m.stats());
         // The same path with the flow sending all it may: probed as before.
         let mut busy = Model::new(limits());
-        let mut t = Instant::now();
+        let mut t = Time::ZERO;
         drive(&mut busy, &mut t, 20_000, 600 * MS, 10, 0.0, 600 * MS);
         drive(&mut busy, &mut t, 20_000, 600 * MS, 20, 0.0, 610 * MS);
         assert_eq!(busy.stats().mode, CongestionMode::ProbeRtt);
