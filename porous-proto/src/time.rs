@@ -13,12 +13,19 @@
 //! overflow), so no input, however hostile or odd its times, can make it fail. Durations
 //! between two times saturate at zero, as `Instant::saturating_duration_since` does.
 
+use std::fmt;
+use std::num::NonZeroU64;
 use std::ops::{Add, AddAssign, Sub};
 use std::time::{Duration, Instant};
 
-/// Nanoseconds since the host's epoch (negative before it).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct Time(i64);
+/// Nanoseconds since the host's epoch (negative before it), from `i64::MIN + 1` to
+/// `i64::MAX`. Kept with the sign bit flipped, as a non-zero `u64`: that order is the
+/// signed order (so comparisons are one unsigned comparison), and the one value left out
+/// makes `Option<Time>` 8 bytes, as most of the times a connection keeps are optional.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Time(NonZeroU64);
+
+const SIGN: u64 = 1 << 63;
 
 /// A duration's nanoseconds, saturating at `i64::MAX` (292 years).
 fn nanos_of(d: Duration) -> i64 {
@@ -28,41 +35,60 @@ fn nanos_of(d: Duration) -> i64 {
 impl Time {
     /// The epoch itself.
     #[cfg(test)]
-    pub(crate) const ZERO: Self = Self(0);
-    /// The earliest time there is: a sentinel for "never" in packed tables.
-    pub(crate) const MIN: Self = Self(i64::MIN);
+    pub(crate) const ZERO: Self = Self::from_nanos(0);
+    /// The earliest time there is.
+    #[cfg(test)]
+    pub(crate) const MIN: Self = Self::from_nanos(i64::MIN);
+
+    /// The time `nanos` nanoseconds after the epoch (`i64::MIN`, the value left out, is
+    /// taken as the earliest time, one nanosecond later).
+    pub(crate) const fn from_nanos(nanos: i64) -> Self {
+        match NonZeroU64::new(nanos.cast_unsigned() ^ SIGN) {
+            Some(bits) => Self(bits),
+            None => Self(NonZeroU64::MIN),
+        }
+    }
+
+    /// Nanoseconds since the epoch.
+    pub(crate) const fn nanos(self) -> i64 {
+        (self.0.get() ^ SIGN).cast_signed()
+    }
 
     /// `t` as a time counted from `epoch`.
     pub(crate) fn since(epoch: Instant, t: Instant) -> Self {
         // Compared first: a failed `checked_duration_since` costs a subtraction of its own.
-        if t >= epoch {
-            Self(nanos_of(t.duration_since(epoch)))
+        Self::from_nanos(if t >= epoch {
+            nanos_of(t.duration_since(epoch))
         } else {
-            Self(nanos_of(epoch.duration_since(t)).saturating_neg())
-        }
+            nanos_of(epoch.duration_since(t)).saturating_neg()
+        })
     }
 
     /// The instant this time stands for, given the `epoch` it counts from (saturating at
     /// the ends of `Instant`'s range, which on every platform Rust supports lie far beyond
     /// 292 years from any instant a program is given).
     pub(crate) fn instant(self, epoch: Instant) -> Instant {
-        let d = Duration::from_nanos(self.0.unsigned_abs());
-        if self.0 >= 0 { epoch.checked_add(d) } else { epoch.checked_sub(d) }.unwrap_or(epoch)
-    }
-
-    /// Nanoseconds since the epoch.
-    pub(crate) fn nanos(self) -> i64 {
-        self.0
-    }
-
-    /// The time `nanos` nanoseconds after the epoch.
-    pub(crate) const fn from_nanos(nanos: i64) -> Self {
-        Self(nanos)
+        let n = self.nanos();
+        let d = Duration::from_nanos(n.unsigned_abs());
+        if n >= 0 { epoch.checked_add(d) } else { epoch.checked_sub(d) }.unwrap_or(epoch)
     }
 
     /// How long after `earlier` this is; zero if it is not after it.
     pub(crate) fn saturating_duration_since(self, earlier: Self) -> Duration {
-        Duration::from_nanos(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+        Duration::from_nanos(u64::try_from(self.nanos().saturating_sub(earlier.nanos())).unwrap_or(0))
+    }
+}
+
+impl Default for Time {
+    /// The epoch.
+    fn default() -> Self {
+        Self::from_nanos(0)
+    }
+}
+
+impl fmt::Debug for Time {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Time({} ns)", self.nanos())
     }
 }
 
@@ -71,7 +97,7 @@ impl Add<Duration> for Time {
 
     /// Saturating: a time past 292 years from the epoch is as late as times go.
     fn add(self, d: Duration) -> Self {
-        Self(self.0.saturating_add(nanos_of(d)))
+        Self::from_nanos(self.nanos().saturating_add(nanos_of(d)))
     }
 }
 
@@ -85,7 +111,7 @@ impl Sub<Duration> for Time {
     type Output = Self;
 
     fn sub(self, d: Duration) -> Self {
-        Self(self.0.saturating_sub(nanos_of(d)))
+        Self::from_nanos(self.nanos().saturating_sub(nanos_of(d)))
     }
 }
 
@@ -113,6 +139,16 @@ mod tests {
                 assert_eq!(Time::since(epoch, t).instant(epoch), t);
             }
         }
+    }
+
+    #[test]
+    fn an_optional_time_takes_one_word() {
+        assert_eq!(size_of::<Option<Time>>(), 8);
+        assert_eq!(Time::MIN.nanos(), i64::MIN + 1);
+        assert!(
+            Time::MIN < Time::from_nanos(-1) && Time::from_nanos(-1) < Time::ZERO && Time::ZERO < Time::from_nanos(1)
+        );
+        assert_eq!(Time::default(), Time::ZERO);
     }
 
     #[test]

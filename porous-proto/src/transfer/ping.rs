@@ -16,17 +16,14 @@ use crate::time::Time;
 /// How many recent pings can still be answered.
 pub(crate) const REMEMBERED: usize = 8;
 
-/// A ring slot holding no send time.
-const FORGOTTEN: Time = Time::MIN;
-
 #[derive(Debug)]
 pub(crate) struct Ping {
     next_id: u8,
     /// The recent pings, ping `id` in slot `id % REMEMBERED`: its id and when it was sent
-    /// ([`FORGOTTEN`] once answered), 8 bytes a slot instead of an `Option<Time>`'s 16.
-    /// Ids and times apart, as a tuple of the two would pad each id to 8 bytes.
+    /// (none once answered). Ids and times apart, as a tuple of the two would pad each id
+    /// to 8 bytes.
     recent_ids: [u8; REMEMBERED],
-    recent_at: [Time; REMEMBERED],
+    recent_at: [Option<Time>; REMEMBERED],
     last_sent: Option<Time>,
     echo: Option<u8>,
     /// When the echo owed was first owed.
@@ -42,7 +39,7 @@ impl Default for Ping {
         Self {
             next_id: 0,
             recent_ids: [0; REMEMBERED],
-            recent_at: [FORGOTTEN; REMEMBERED],
+            recent_at: [None; REMEMBERED],
             last_sent: None,
             echo: None,
             echo_since: None,
@@ -68,7 +65,7 @@ impl Ping {
         let slot = usize::from(id) % REMEMBERED;
         if let (Some(i), Some(at)) = (self.recent_ids.get_mut(slot), self.recent_at.get_mut(slot)) {
             *i = id;
-            *at = now;
+            *at = Some(now);
         }
         self.last_sent = Some(now);
         id
@@ -107,10 +104,7 @@ impl Ping {
         if self.recent_ids.get(slot) != Some(&id) {
             return None;
         }
-        let at = std::mem::replace(self.recent_at.get_mut(slot)?, FORGOTTEN);
-        if at == FORGOTTEN {
-            return None;
-        }
+        let at = self.recent_at.get_mut(slot)?.take()?;
         Some(now.saturating_duration_since(at))
     }
 }
