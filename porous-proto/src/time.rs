@@ -4,7 +4,7 @@
 //! nanoseconds since the first instant it was ever given (its epoch). Peers, sessions
 //! and the transfer layer compare, add and subtract those, one machine word each where
 //! an `Instant` is two, and without the normalising of seconds and nanoseconds an
-//! `Instant`'s arithmetic does at every step (a sixth of a 60 Hz game's instructions went
+//! `Instant`'s arithmetic does at every step (15% of a 60 Hz game's instructions went
 //! to it, about twenty subtractions per message). Only the host turns a [`Time`] back
 //! into an `Instant` ([`Time::instant`]), for `Host::poll_timeout`.
 //!
