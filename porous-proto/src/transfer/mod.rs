@@ -308,7 +308,6 @@ impl Transfer {
         self.queues.memory()
             + self.inflight.memory()
             + self.receiver.memory()
-            + self.cc.memory()
             + self.skipped.capacity() * size_of::<u32>()
             + self.repair.capacity() * size_of::<(u64, Time)>()
             + if self.queued.spilled() { self.queued.capacity() * size_of::<usize>() } else { 0 }
