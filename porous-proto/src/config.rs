@@ -246,7 +246,7 @@ pub struct HostConfig {
     ///
     /// Memory: each connected peer holds at most [`PeerConfig::memory_limit`] bytes, so
     /// `max_peers` times that bounds what the peers of a host hold. With the default
-    /// [`PeerConfig`] the bound is about 143 MB (109 MB sending, 34 MB receiving) per
+    /// [`PeerConfig`] the bound is about 142 MB (108 MB sending, 34 MB receiving) per
     /// peer: the sending part fills only with what the application itself sends
     /// (4 channels of 4 MiB queues, and the record of what is in flight), the receiving
     /// part is what a remote alone can make a peer hold (the 4 MiB reassembly budget,

@@ -25,7 +25,7 @@ impl PeerConfig {
     ///   allow (a frame the remote never acknowledges holds its place);
     /// - a few kilobytes of fixed structures.
     ///
-    /// With the defaults the bound is about 143 MB (109 MB sending, 34 MB receiving): the
+    /// With the defaults the bound is about 142 MB (108 MB sending, 34 MB receiving): the
     /// sending side fills only with the application's own sends (4 channels of 4 MiB, and
     /// their bookkeeping), the receiving side is what a remote alone can make a peer hold
     /// (reassembly). Lower the limits to serve many peers: `max_peers` times this bounds

@@ -409,7 +409,7 @@ impl Transfer {
         // pacer lets one go.
         let mut plan = Plan::NoFrame;
         let mut msgs_len = 0;
-        let resend = self.inflight.first_resendable(cwnd).map(|f| (f.id, f.msgs.clone()));
+        let resend = self.inflight.first_resendable(cwnd).map(|f| (f.id, f.msgs()));
         let paced_out = rate.is_some() && !self.pacer.allows();
         // Unreliable data is time-critical: the pacer does not hold it behind reliable
         // data it is spreading out (a fragmented bulk packet would delay a tick's state by
@@ -502,7 +502,8 @@ impl Transfer {
         if let Some(id) = frame
             && let Some(f) = self.inflight.get(id)
         {
-            let mut msgs = self.inflight.messages(&f.msgs).peekable();
+            let range = f.msgs();
+            let mut msgs = self.inflight.messages(&range).peekable();
             while let Some(m) = msgs.next() {
                 let last = msgs.peek().is_none();
                 w.message(&m.as_wire(), ids.short_id(m.channel, m.id), last);
