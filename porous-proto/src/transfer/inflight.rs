@@ -39,6 +39,8 @@ pub(crate) enum State {
     Skipped,
 }
 
+/// A frame sent and not yet done with: its messages, its transmissions and what the
+/// connection had delivered when the latest left.
 ///
 /// One cache line, aligned to one: an acknowledgement reaches its frame, and a datagram
 /// sent writes a new one, on every tick of an active connection, and on a server whose
@@ -76,15 +78,15 @@ fn kept_size(size: usize) -> u32 {
     u32::try_from(size).unwrap_or(u32::MAX)
 }
 
+/// A frame's message count as kept: a datagram's count always fits.
+fn kept_count(msgs: &Range<u64>) -> u32 {
+    u32::try_from(msgs.end - msgs.start).unwrap_or(u32::MAX)
+}
+
 impl Frame {
     /// The store indices of the frame's messages.
     pub(crate) fn msgs(&self) -> Range<u64> {
         self.first_msg..self.first_msg + u64::from(self.msg_count)
-    }
-
-    fn set_msgs(&mut self, msgs: Range<u64>) {
-        self.first_msg = msgs.start;
-        self.msg_count = u32::try_from(msgs.end - msgs.start).unwrap_or(u32::MAX);
     }
 
     /// Sent exactly once: its acknowledgement is a clean round-trip sample.
@@ -276,13 +278,13 @@ impl InFlight {
         self.next = SeqSpace::FRAME.add(id, 1);
         let serial = self.take_serial(id, now);
         crate::lean::room_for_first(&mut self.frames);
-        let mut frame = Frame {
+        let frame = Frame {
             id,
             state: State::InFlight,
             reliable,
             size: kept_size(size),
             first_msg,
-            msg_count: 0,
+            msg_count: kept_count(&(first_msg..self.store_end())),
             serial,
             sent_at: now,
             transmissions: 1,
@@ -291,7 +293,6 @@ impl InFlight {
             first_sent_at: delivery.first_sent_at,
             app_limited: delivery.app_limited,
         };
-        frame.set_msgs(first_msg..self.store_end());
         self.frames.push_back(frame);
         self.flight += size;
         self.live += 1;
