@@ -79,8 +79,8 @@ fn kept_size(size: usize) -> u32 {
 }
 
 /// A frame's message count as kept: a datagram's count always fits.
-fn kept_count(msgs: &Range<u64>) -> u32 {
-    u32::try_from(msgs.end - msgs.start).unwrap_or(u32::MAX)
+fn kept_count(count: u64) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
 }
 
 impl Frame {
@@ -284,7 +284,7 @@ impl InFlight {
             reliable,
             size: kept_size(size),
             first_msg,
-            msg_count: kept_count(&(first_msg..self.store_end())),
+            msg_count: kept_count(self.store_end() - first_msg),
             serial,
             sent_at: now,
             transmissions: 1,
