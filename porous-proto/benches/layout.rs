@@ -8,17 +8,23 @@
 //! reads its share of `lines` cache lines of the peer, does a fixed amount of arithmetic on
 //! them and writes one word back to each. Where those lines are is the layout:
 //!
-//! - `record`: the first `lines` lines of the peer's own record, records in peer order
-//!   (one slot holding the peer's state);
+//! - `record`: lines spread evenly over the peer's own record, records in peer order (one
+//!   slot holding the peer's state, its fields here and there in it);
 //! - `scattered`: lines anywhere in all the peers' state, their addresses known up front
 //!   (the loads may all be in flight at once);
 //! - `chained`: the same lines, each address depending on the word the previous load read
 //!   (a box, a deque's buffer, a channel behind a pointer: a pointer chase).
 //!
-//! It prints the median ns per peer per tick of each layout at each N, and what N costs
-//! over 100 peers (the part of a tick that is memory, not work).
+//! In `record` and `scattered` each line of a phase's share is read by a load instruction
+//! of its own, as a structure's fields are (the processor predicts a load's next address
+//! from its own last ones, so one load in a loop over spread lines would be a different
+//! case); that takes shares of 2, 4, 8 or 16 lines, so `lines` of 6, 12, 24 or 48 (other
+//! counts are read in a loop).
 //!
-//! `cargo bench -p porous-proto --bench layout` (`-- --sizes 100,10000 --lines 12,53` for
+//! It prints the median ns per peer per tick of each layout at each N, and what N costs
+//! over the first N (the part of a tick that is memory, not work).
+//!
+//! `cargo bench -p porous-proto --bench layout` (`-- --sizes 100,10000 --lines 12,48` for
 //! others). Under `cargo test --benches` it runs once, small.
 
 use std::hint::black_box;
@@ -92,7 +98,7 @@ impl Server {
         let touched = (0..n)
             .flat_map(|peer| (0..lines).map(move |j| (peer, j)))
             .map(|(peer, j)| match layout {
-                Layout::Record => peer * per_peer + j,
+                Layout::Record => peer * per_peer + j * per_peer / lines,
                 Layout::Scattered | Layout::Chained => rng.below(total),
             })
             .map(|line| line * WORDS_PER_LINE)
@@ -109,12 +115,21 @@ impl Server {
         for peer in self.touched.chunks_exact(self.lines) {
             let mine = &peer[from..to];
             let mut x = acc;
-            let mut dep = 0usize;
-            for &w in mine {
-                let at = if self.chained { w + (dep & zero) } else { w };
-                let v = self.state.get(at).copied().unwrap_or(0);
-                dep = v as usize;
-                x = x.wrapping_add(v);
+            if self.chained {
+                let mut dep = 0usize;
+                for &w in mine {
+                    let v = self.state.get(w + (dep & zero)).copied().unwrap_or(0);
+                    dep = v as usize;
+                    x = x.wrapping_add(v);
+                }
+            } else {
+                x = x.wrapping_add(match mine.len() {
+                    2 => read::<2>(&self.state, mine),
+                    4 => read::<4>(&self.state, mine),
+                    8 => read::<8>(&self.state, mine),
+                    16 => read::<16>(&self.state, mine),
+                    _ => mine.iter().fold(0, |a, &w| a ^ self.state.get(w).copied().unwrap_or(0)),
+                });
             }
             for _ in 0..WORK {
                 x = (x ^ (x >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -128,6 +143,14 @@ impl Server {
         }
         acc
     }
+}
+
+/// The words at `at` (`K` of them), each read by a load instruction of its own: the
+/// compiler unrolls a constant count.
+#[inline(always)]
+fn read<const K: usize>(state: &[u64], at: &[usize]) -> u64 {
+    let words: [u64; K] = std::array::from_fn(|k| at.get(k).and_then(|&w| state.get(w)).copied().unwrap_or(0));
+    words.iter().fold(0, |a, w| a ^ w)
 }
 
 /// Median ns per peer per tick of `n` peers touching `lines` lines each in `layout`, after
@@ -159,7 +182,7 @@ fn measure(n: usize, lines: usize, layout: Layout, warm_up: usize, ticks: usize)
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let sizes = list("--sizes", if bench { &[100, 1_000, 10_000, 20_000] } else { &[20, 40] });
-    let lines = list("--lines", if bench { &[6, 12, 24, 53] } else { &[4] });
+    let lines = list("--lines", if bench { &[6, 12, 24, 48] } else { &[6] });
     let (warm_up, ticks) = if bench { (10, 60) } else { (1, 3) };
     println!("ns per peer per tick touching L lines of {RECORD} B of state per peer, medians of {ticks} ticks");
     println!("| L | layout | {} | {} |", sizes.iter().map(|n| format!("{n}")).collect::<Vec<_>>().join(" | "), {
