@@ -21,11 +21,16 @@
 //! case); that takes shares of 2, 4, 8 or 16 lines, so `lines` of 6, 12, 24 or 48 (other
 //! counts are read in a loop).
 //!
+//! With `--shuffled` the peers are gone through in one fixed random order, as a server's
+//! datagrams arrive from its peers, instead of in the order of their records (as the
+//! `active` bench's do).
+//!
 //! It prints the median ns per peer per tick of each layout at each N, and what N costs
 //! over the first N (the part of a tick that is memory, not work).
 //!
 //! `cargo bench -p porous-proto --bench layout` (`-- --sizes 100,10000 --lines 12,48` for
-//! others). Under `cargo test --benches` it runs once, small.
+//! others, `-- --shuffled` for the random order). Under `cargo test --benches` it runs
+//! once, small.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -91,11 +96,21 @@ struct Server {
 }
 
 impl Server {
-    fn new(n: usize, lines: usize, layout: Layout) -> Self {
+    /// `shuffled`: the peers are gone through in one fixed random order instead of in
+    /// the order of their records.
+    fn new(n: usize, lines: usize, layout: Layout, shuffled: bool) -> Self {
         let per_peer = RECORD / LINE;
         let total = n * per_peer;
+        let mut order: Vec<usize> = (0..n).collect();
+        if shuffled {
+            let mut rng = Lines(0x2545_f491_4f6c_dd1d);
+            for i in (1..n).rev() {
+                order.swap(i, rng.below(i + 1));
+            }
+        }
         let mut rng = Lines(0x9e37_79b9_7f4a_7c15);
-        let touched = (0..n)
+        let touched = order
+            .into_iter()
             .flat_map(|peer| (0..lines).map(move |j| (peer, j)))
             .map(|(peer, j)| match layout {
                 Layout::Record => peer * per_peer + j * per_peer / lines,
@@ -153,10 +168,10 @@ fn read<const K: usize>(state: &[u64], at: &[usize]) -> u64 {
     words.iter().fold(0, |a, w| a ^ w)
 }
 
-/// Median ns per peer per tick of `n` peers touching `lines` lines each in `layout`, after
-/// `warm_up` ticks, over `ticks`.
-fn measure(n: usize, lines: usize, layout: Layout, warm_up: usize, ticks: usize) -> f64 {
-    let mut server = Server::new(n, lines, layout);
+/// Median ns per peer per tick of `n` peers touching `lines` lines each in `layout` (in
+/// peer order or `shuffled`), after `warm_up` ticks, over `ticks`.
+fn measure(n: usize, lines: usize, layout: Layout, shuffled: bool, (warm_up, ticks): (usize, usize)) -> f64 {
+    let mut server = Server::new(n, lines, layout, shuffled);
     // The clients' state: as much memory as the server's, passed over once per tick.
     let mut clients = vec![0u64; n * RECORD / size_of::<u64>()];
     let mut acc = 0;
@@ -184,7 +199,11 @@ fn main() {
     let sizes = list("--sizes", if bench { &[100, 1_000, 10_000, 20_000] } else { &[20, 40] });
     let lines = list("--lines", if bench { &[6, 12, 24, 48] } else { &[6] });
     let (warm_up, ticks) = if bench { (10, 60) } else { (1, 3) };
-    println!("ns per peer per tick touching L lines of {RECORD} B of state per peer, medians of {ticks} ticks");
+    let shuffled = std::env::args().any(|a| a == "--shuffled");
+    let order = if shuffled { "in a random order" } else { "in order" };
+    println!(
+        "ns per peer per tick touching L lines of {RECORD} B of state per peer, peers {order}, medians of {ticks} ticks"
+    );
     println!("| L | layout | {} | {} |", sizes.iter().map(|n| format!("{n}")).collect::<Vec<_>>().join(" | "), {
         sizes.iter().skip(1).map(|n| format!("{n} over {}", sizes[0])).collect::<Vec<_>>().join(" | ")
     });
@@ -192,7 +211,7 @@ fn main() {
     for &l in &lines {
         for layout in Layout::ALL {
             let ns: Vec<f64> =
-                sizes.iter().map(|&n| measure(n, l.min(RECORD / LINE), layout, warm_up, ticks)).collect();
+                sizes.iter().map(|&n| measure(n, l.min(RECORD / LINE), layout, shuffled, (warm_up, ticks))).collect();
             let cells: Vec<String> = ns.iter().map(|v| format!("{v:.0}")).collect();
             let over: Vec<String> = ns.iter().skip(1).map(|v| format!("{:+.0}", v - ns[0])).collect();
             println!("| {l} | {} | {} | {} |", layout.name(), cells.join(" | "), over.join(" | "));
