@@ -147,21 +147,18 @@ impl Deadlines {
     }
 }
 
-/// 192 bytes, aligned to a cache line so that a slot is exactly three lines (the slot
-/// vector's allocation is aligned to 16 only, which put every slot across four).
+/// One place in the peer table, aligned to a cache line: a connected peer's whole fixed
+/// state (the peer, its session inline) starts on a line of its own and takes whole lines.
 #[derive(Debug)]
 #[repr(align(64))]
 struct Slot {
     generation: u32,
     /// In the slot, not boxed: a datagram or a step reaches a peer through its slot, and a
-    /// box was one more dependent cache miss each time (7% of a 10,000-peer tick). A
-    /// `Peer` is 176 bytes; what it holds once connected is boxed (its session), so the
-    /// slot vector's doubling wastes at most that much per free slot.
+    /// box was one more dependent cache miss each time (7% of a 10,000-peer tick).
     peer: Option<Peer>,
     /// The deadline this slot is filed under in the timer heap (see [`Deadlines`]), if
     /// `filed`: an `Option<u64>` in two fields, so that its flag shares the word of
-    /// `generation` and a slot is 24 bytes, not 32 (slots grow by doubling, with the
-    /// peer table). [`Slot::scheduled`] reads it.
+    /// `generation`. [`Slot::scheduled`] reads it.
     ticks: u64,
     filed: bool,
     /// Queued for the next step.
@@ -169,14 +166,72 @@ struct Slot {
 }
 
 impl Slot {
+    const EMPTY: Self = Self { generation: 0, peer: None, ticks: 0, filed: false, dirty: false };
+
     /// The deadline this slot is filed under in the timer heap.
     fn scheduled(&self) -> Option<u64> {
         self.filed.then_some(self.ticks)
     }
 
+    /// Marks the slot for the next step: true if it was not marked, and the caller must
+    /// then queue it on the host's dirty list.
+    fn mark(&mut self) -> bool {
+        !std::mem::replace(&mut self.dirty, true)
+    }
+
     fn set_scheduled(&mut self, ticks: Option<u64>) {
         self.filed = ticks.is_some();
         self.ticks = ticks.unwrap_or(0);
+    }
+}
+
+/// The peer table's storage: one vector of slots, grown by an eighth at a time. A slot
+/// holds a connected peer's whole fixed state (1,792 bytes, its session inline), so:
+///
+/// - consecutive slots are consecutive in memory, and a host going through its peers in
+///   slot order reads each field at a constant stride, which the processor follows and
+///   fetches ahead (`docs/performance.md`, Part 8);
+/// - the room beyond the peers is at most an eighth of them (16 slots at first), where a
+///   doubling vector's free part would cost about 1,100 bytes a peer at 10,000 peers;
+/// - the price is that growing copies the slots: about 8 times the table's final size in
+///   all, as peers arrive, the largest copy in the call that adds the peer that does not
+///   fit (about 18 MB at 10,000 peers, a few milliseconds). Slots in chunks that never
+///   move would not copy, but a lookup through them cost 40 instructions per message more
+///   in the `hosts` bench.
+#[derive(Debug, Default)]
+struct Slots {
+    slots: Vec<Slot>,
+}
+
+impl Slots {
+    fn get(&self, index: usize) -> Option<&Slot> {
+        self.slots.get(index)
+    }
+
+    fn get_mut(&mut self, index: usize) -> Option<&mut Slot> {
+        self.slots.get_mut(index)
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// A never-used slot at the end of the table: its index.
+    fn grow(&mut self) -> usize {
+        if self.slots.len() == self.slots.capacity() {
+            self.slots.reserve_exact((self.slots.len() / 8).max(16));
+        }
+        self.slots.push(Slot::EMPTY);
+        self.slots.len() - 1
+    }
+
+    /// Every slot handed out so far, in order.
+    fn iter(&self) -> impl Iterator<Item = &Slot> + '_ {
+        self.slots.iter()
+    }
+
+    fn memory(&self) -> usize {
+        self.slots.capacity() * size_of::<Slot>()
     }
 }
 
@@ -242,7 +297,7 @@ pub struct Host {
     /// What every peer keeps of `config.peer`, shared.
     settings: Arc<Settings>,
     rng: Box<dyn rand_core::Rng + Send>,
-    slots: Vec<Slot>,
+    slots: Slots,
     free: Vec<u32>,
     by_addr: HashMap<SocketAddr, u32, AddrHasher>,
     timers: Deadlines,
@@ -283,7 +338,7 @@ impl Host {
             settings,
             config,
             rng: Box::new(rng),
-            slots: Vec::new(),
+            slots: Slots::default(),
             free: Vec::new(),
             by_addr: HashMap::with_hasher(AddrHasher::derived_from(secret)),
             timers: Deadlines::default(),
@@ -374,10 +429,7 @@ impl Host {
     }
 
     fn mark_dirty(&mut self, index: u32) {
-        if let Some(slot) = self.slots.get_mut(index as usize)
-            && !slot.dirty
-        {
-            slot.dirty = true;
+        if self.slots.get_mut(index as usize).is_some_and(Slot::mark) {
             self.dirty.push(index);
         }
     }
@@ -387,10 +439,7 @@ impl Host {
         let addr = peer.remote();
         let index = match self.free.pop() {
             Some(i) => i,
-            None => {
-                self.slots.push(Slot { generation: 0, peer: None, ticks: 0, filed: false, dirty: false });
-                (self.slots.len() - 1) as u32
-            }
+            None => self.slots.grow() as u32,
         };
         debug_assert_eq!(peer.id(), self.id_of(index));
         if let Some(slot) = self.slots.get_mut(index as usize) {
@@ -717,13 +766,14 @@ impl Host {
                 break;
             }
             self.timers.pop();
-            let current =
-                self.slots.get(index as usize).is_some_and(|s| s.generation == generation && s.scheduled() == Some(t));
-            if current {
-                if let Some(slot) = self.slots.get_mut(index as usize) {
-                    slot.set_scheduled(None);
+            if let Some(slot) = self.slots.get_mut(index as usize)
+                && slot.generation == generation
+                && slot.scheduled() == Some(t)
+            {
+                slot.set_scheduled(None);
+                if slot.mark() {
+                    self.dirty.push(index);
                 }
-                self.mark_dirty(index);
             }
         }
         let dirty = std::mem::take(&mut self.dirty);
@@ -739,26 +789,25 @@ impl Host {
     }
 
     fn poll_peer(&mut self, now: Time, index: u32) {
-        if let Some(slot) = self.slots.get_mut(index as usize) {
-            slot.dirty = false;
-        }
         let step = self.step_interval;
-        let Some((zombie, next)) = self.drive(index, |peer, out| {
-            peer.poll(now, step, out);
-            (peer.state() == PeerState::Zombie, peer.next_timeout(now))
-        }) else {
-            return;
-        };
-        if zombie {
+        // One lookup of the slot for the whole poll; the fields apart, so that the peer
+        // can write to the outputs.
+        let Self { slots, out, listener, timers, .. } = self;
+        let Some(slot) = slots.get_mut(index as usize) else { return };
+        slot.dirty = false;
+        let Some(peer) = slot.peer.as_mut() else { return };
+        let was = peer.is_pending();
+        peer.poll(now, step, out);
+        listener.pending_changed(was, peer.is_pending());
+        if peer.state() == PeerState::Zombie {
             self.remove(index);
             return;
         }
-        let next = next.map(Deadlines::ticks);
-        let Some(slot) = self.slots.get_mut(index as usize) else { return };
+        let next = peer.next_timeout(now).map(Deadlines::ticks);
         if next != slot.scheduled() {
             slot.set_scheduled(next);
             if let Some(t) = next {
-                self.timers.push(t, index, slot.generation);
+                timers.push(t, index, slot.generation);
             }
         }
     }
@@ -804,10 +853,14 @@ impl Host {
     /// ([`ChannelConfig::unreliable_deadline`](crate::ChannelConfig::unreliable_deadline))
     /// counts from that step, or from an earlier [`Host::handle_datagram`].
     pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
-        let index = self.peer_index(peer).ok_or(SendError::UnknownPeer)?;
-        let p = self.slots.get_mut(index).and_then(|s| s.peer.as_mut()).ok_or(SendError::UnknownPeer)?;
-        p.send(channel, data, mode)?;
-        self.mark_dirty(peer.index);
+        // One lookup of the slot for the check, the send and the mark: a send is per
+        // message.
+        let slot = self.slots.get_mut(peer.index as usize).filter(|s| s.generation == peer.generation);
+        let slot = slot.ok_or(SendError::UnknownPeer)?;
+        slot.peer.as_mut().ok_or(SendError::UnknownPeer)?.send(channel, data, mode)?;
+        if slot.mark() {
+            self.dirty.push(peer.index);
+        }
         Ok(())
     }
 
@@ -965,7 +1018,7 @@ impl Host {
         }
         m.table = size_of::<Self>()
             // A peer lives in its slot: its own bytes count with the peers, above.
-            + (self.slots.capacity() * size_of::<Slot>()).saturating_sub(held * size_of::<Peer>())
+            + self.slots.memory().saturating_sub(held * size_of::<Peer>())
             + self.free.capacity() * size_of::<u32>()
             // A hash map holds its entries and a control byte per bucket, and keeps an
             // eighth of its buckets free.
@@ -1010,12 +1063,26 @@ impl Host {
 
 #[cfg(test)]
 mod tests {
-    use super::Slot;
+    use super::{Slot, Slots};
 
-    /// A slot is aligned to a cache line: eight bytes more of peer would make it four
-    /// lines instead of three, and every free slot 64 bytes larger.
+    /// The table grows by an eighth of its slots (by 16 while that is more), never by more.
     #[test]
-    fn a_slot_is_three_cache_lines() {
-        assert_eq!((size_of::<Slot>(), align_of::<Slot>()), (192, 64));
+    fn slots_grow_by_an_eighth() {
+        let mut slots = Slots::default();
+        for i in 0..3000 {
+            assert_eq!(slots.grow(), i);
+            let (len, room) = (slots.len(), slots.slots.capacity());
+            assert!(room <= len + (len / 8).max(16), "{room} slots of room for {len}");
+        }
+        assert_eq!(slots.iter().count(), 3000);
+    }
+
+    /// A slot is aligned to a cache line, and its own fields beside the peer (with its
+    /// session inline) take no line of their own.
+    #[test]
+    fn a_slot_is_its_peer_in_whole_cache_lines() {
+        let peer = size_of::<crate::peer::Peer>();
+        assert_eq!(align_of::<Slot>(), 64);
+        assert_eq!(size_of::<Slot>(), (peer + 16).next_multiple_of(64), "a peer of {peer} bytes");
     }
 }

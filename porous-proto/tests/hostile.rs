@@ -14,6 +14,12 @@ use porous_proto::wire::{
 use porous_proto::{DisconnectReason, Event, Host, HostConfig, PeerState, SendMode, Transmit};
 
 const MS: Duration = Duration::from_millis(1);
+/// The most a pending handshake may hold, connect data aside: its slot in the peer table
+/// (the peer with its session's room inline, about 1.8 KB in a test build, which carries
+/// the fuzzing hooks) and its handshake state (about 320 bytes). The session's room is the
+/// price of a connected peer's state being one record (`docs/performance.md`, Part 8);
+/// `max_pending` bounds how many there are.
+const PENDING_HANDSHAKE_MAX: usize = 2560;
 const SEC: Duration = Duration::from_secs(1);
 
 fn addr(a: u8, b: u8, port: u16) -> SocketAddr {
@@ -188,7 +194,7 @@ fn a_spoofed_connect_flood_allocates_little_and_a_real_client_still_gets_in() {
     // until the drain above, and its capacity stays.
     let per_pending = host.memory_usage().peers / s.pending.max(1);
     eprintln!("flood: {} pending, {} challenged, {} bytes per pending peer", s.pending, s.challenged, per_pending);
-    assert!(per_pending < 1024, "a pending handshake costs {per_pending} bytes");
+    assert!(per_pending < PENDING_HANDSHAKE_MAX, "a pending handshake costs {per_pending} bytes");
 
     // A real client, under the flood, answers the challenge and gets in.
     let client_addr: SocketAddr = "10.9.9.9:5000".parse().unwrap();
@@ -767,7 +773,7 @@ fn a_request_awaiting_the_application_holds_no_more_than_a_pending_handshake_and
     assert_eq!(requests.len(), 64);
     let per_request = (host.memory_usage().peers - baseline) / 64;
     eprintln!("a request awaiting the application, with 256 bytes of connect data: {per_request} bytes");
-    assert!(per_request < 1024 + data.len(), "{per_request} bytes per awaiting request");
+    assert!(per_request < PENDING_HANDSHAKE_MAX + data.len(), "{per_request} bytes per awaiting request");
     assert!(drain(&mut host).is_empty());
     // The same requester, spoofed with another nonce and other data, changes nothing:
     // the request the application sees is the one it decides.

@@ -24,12 +24,12 @@
 //! frame proves the sender holds this side's nonce, so it counts as the acknowledgement
 //! (the spec's lost-acknowledgement case, Figure 2 (a), then costs nothing).
 //!
-//! Until it is connected a peer holds only its handshake state (520 bytes, plus any connect
-//! data); the session (transfer layer, channels, buffers), boxed, is made when the
-//! connection is, so a flood of requests costs little memory per pending peer. The
-//! handshake state proper (both requests, the negotiated parameters, connect data; 320 of
-//! those bytes), boxed too, is dropped then: a connected peer answers a late request from
-//! the nonces and keys it keeps, and never sends one again.
+//! The session (transfer layer, channels, buffers) is made when the connection is, inline
+//! in the peer, so that a connected peer's fixed state is one record in the host's slot:
+//! a pending peer has its room (about 1.5 KB) without its buffers, and `max_pending` bounds
+//! how many there are. The handshake state proper (both requests, the negotiated
+//! parameters, connect data; about 320 bytes), boxed, is dropped then: a connected peer
+//! answers a late request from the nonces and keys it keeps, and never sends one again.
 //!
 //! Under manual admission an incoming request first awaits the application's decision: it
 //! is reported once (`Event::ConnectRequest`), left unanswered, and its retries, or
@@ -131,8 +131,11 @@ pub(crate) struct Peer {
     /// What only the handshake uses, boxed and dropped once connected: an active
     /// connection does not carry the room of its requests and connect data.
     handshake: Option<Box<Handshake>>,
-    /// Boxed: made only once connected, so a pending handshake does not carry its room.
-    session: Option<Box<Session>>,
+    /// Inline, not boxed: a datagram or a step reaches the session through the peer's
+    /// slot, and the box's address was one a server going through its peers could not
+    /// fetch ahead (about 0.92x of a 10,000-peer tick without it: `docs/performance.md`,
+    /// Part 8). The price is that a pending handshake's slot has the session's room too.
+    session: Option<Session>,
     /// When the current state began.
     since: Time,
     last_recv: Time,
@@ -345,9 +348,9 @@ impl Peer {
             && let (Some(params), Some(req)) = (h.params, h.remote_req)
         {
             let sealed = self.secure.is_some();
-            self.session = Some(Box::new(Session::new(&self.settings, params, &h.local, &req, h.skip_seed, sealed)));
+            self.session = Some(Session::new(&self.settings, params, &h.local, &req, h.skip_seed, sealed));
         }
-        if let (Some((first, 1)), Some(s)) = (h.as_deref().and_then(|h| h.sent), self.session.as_deref_mut()) {
+        if let (Some((first, 1)), Some(s)) = (h.as_deref().and_then(|h| h.sent), self.session.as_mut()) {
             s.transfer.rtt_sample(now.saturating_duration_since(first));
         }
         self.enter(now, PeerState::Connected);
@@ -697,7 +700,7 @@ impl Peer {
             self.acked = true;
             self.connected(now, out);
         }
-        let Some(session) = self.session.as_deref_mut() else { return Ok(()) };
+        let Some(session) = self.session.as_mut() else { return Ok(()) };
         session.stamp(now);
         let mut msgs = FrameMessages::new();
         let data = match session.decode(datagram, key, &mut msgs) {
@@ -832,7 +835,7 @@ impl Peer {
     /// How a graceful disconnection ends: `Local` when everything sent was acknowledged,
     /// `FlushTimeout` when some of it may never have arrived.
     fn graceful_end(&self) -> DisconnectReason {
-        if self.session.as_deref().is_none_or(Session::is_drained) {
+        if self.session.as_ref().is_none_or(Session::is_drained) {
             DisconnectReason::Local
         } else {
             DisconnectReason::FlushTimeout
@@ -847,7 +850,7 @@ impl Peer {
         }
         if let Some(Closing::Flushing(deadline)) = self.closing {
             self.flush(now, out);
-            let drained = self.session.as_deref().is_none_or(Session::is_drained);
+            let drained = self.session.as_ref().is_none_or(Session::is_drained);
             if !(drained || now >= deadline) {
                 return;
             }
@@ -910,7 +913,7 @@ impl Peer {
     /// through it; see `fuzzing::hooks`).
     #[cfg(feature = "arbitrary")]
     pub(crate) fn session(&self) -> Option<&Session> {
-        self.session.as_deref()
+        self.session.as_ref()
     }
 
     /// Bytes this peer holds.
@@ -918,11 +921,11 @@ impl Peer {
         size_of::<Self>()
             + self.secure.as_deref().map_or(0, |s| size_of::<SecureState>() + s.memory())
             + self.handshake.as_deref().map_or(0, |h| size_of::<Handshake>() + h.local_data.len() + h.remote_data.len())
-            + self.session.as_deref().map_or(0, Session::memory)
+            + self.session.as_ref().map_or(0, Session::heap)
     }
 
     pub(crate) fn stats(&self) -> PeerStats {
-        let s = self.session.as_deref();
+        let s = self.session.as_ref();
         let t = s.map(|s| &s.transfer);
         let c = s.map(Session::counters).unwrap_or_default();
         PeerStats {

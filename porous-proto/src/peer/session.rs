@@ -203,10 +203,10 @@ impl Session {
         self.channels.clear();
     }
 
-    /// Bytes this connection holds: its structures, queued and in-flight payloads, and
-    /// reassembly memory.
-    pub(crate) fn memory(&self) -> usize {
-        size_of::<Self>() + self.transfer.memory() + self.channels.memory()
+    /// Bytes this connection holds beyond its own (it lives inline in its peer): its
+    /// layers' structures, queued and in-flight payloads, and reassembly memory.
+    pub(crate) fn heap(&self) -> usize {
+        self.transfer.memory() + self.channels.memory()
     }
 
     pub(crate) fn counters(&self) -> ChannelCounters {
