@@ -235,6 +235,21 @@ impl Slots {
     }
 }
 
+/// Runs `f` on `peer` with the host's outputs, keeping the listener's count of pending
+/// handshakes true whatever `f` does to the peer's state. A free function over the host's
+/// fields, so that a caller holding the peer's slot can use it too.
+fn drive_peer<R>(
+    peer: &mut Peer,
+    out: &mut Outputs,
+    listener: &mut Listener,
+    f: impl FnOnce(&mut Peer, &mut Outputs) -> R,
+) -> R {
+    let was = peer.is_pending();
+    let r = f(peer, out);
+    listener.pending_changed(was, peer.is_pending());
+    r
+}
+
 /// A POROUS endpoint: the connections of one UDP socket.
 ///
 /// # Call contract
@@ -466,10 +481,7 @@ impl Host {
     /// count true whatever `f` does to the peer's state.
     fn drive<R>(&mut self, index: u32, f: impl FnOnce(&mut Peer, &mut Outputs) -> R) -> Option<R> {
         let peer = self.slots.get_mut(index as usize)?.peer.as_mut()?;
-        let was = peer.is_pending();
-        let r = f(peer, &mut self.out);
-        self.listener.pending_changed(was, peer.is_pending());
-        Some(r)
+        Some(drive_peer(peer, &mut self.out, &mut self.listener, f))
     }
 
     fn next_ids(&mut self) -> (u32, u32, u32) {
@@ -670,10 +682,7 @@ impl Host {
         let result = if ty & 0x80 == 0 {
             let Self { slots, out, recv_arena, listener, .. } = self;
             slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()).map(|peer| {
-                let was = peer.is_pending();
-                let r = peer.handle_sealed_data(t, datagram, recv_arena, out);
-                listener.pending_changed(was, peer.is_pending());
-                r
+                drive_peer(peer, out, listener, |peer, out| peer.handle_sealed_data(t, datagram, recv_arena, out))
             })
         } else {
             self.drive(index, |peer, out| peer.handle_sealed_control(t, ty, datagram, out))
@@ -796,9 +805,7 @@ impl Host {
         let Some(slot) = slots.get_mut(index as usize) else { return };
         slot.dirty = false;
         let Some(peer) = slot.peer.as_mut() else { return };
-        let was = peer.is_pending();
-        peer.poll(now, step, out);
-        listener.pending_changed(was, peer.is_pending());
+        drive_peer(peer, out, listener, |peer, out| peer.poll(now, step, out));
         if peer.state() == PeerState::Zombie {
             self.remove(index);
             return;
