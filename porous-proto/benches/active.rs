@@ -16,7 +16,9 @@
 //! tick during the timed calls.
 //!
 //! `cargo bench -p porous-proto --bench active` (N = 100, 1,000, 10,000 and 20,000;
-//! `-- --sizes 100,1000` for others); see `docs/performance.md`. Under
+//! `-- --sizes 100,1000` for others; `-- --delay D` holds every datagram D more ticks each
+//! way once the clients are connected, a round trip of about 2 D + 1 ticks, so that
+//! several frames are in flight as on a real path); see `docs/performance.md`. Under
 //! `cargo test --benches` it runs once with 20 and 40 peers.
 
 use std::alloc::System;
@@ -106,8 +108,13 @@ struct Game {
     /// The server's peer per client and the client host's peer per client, by index.
     server_peers: Vec<Option<PeerId>>,
     client_peers: Vec<PeerId>,
-    to_server: VecDeque<(SocketAddr, Bytes)>,
-    to_clients: VecDeque<(SocketAddr, Bytes)>,
+    /// Datagrams on their way, each with the tick from which it may be read.
+    to_server: VecDeque<(u64, SocketAddr, Bytes)>,
+    to_clients: VecDeque<(u64, SocketAddr, Bytes)>,
+    /// Ticks of any kind so far (connecting ones too), and the extra ticks each datagram
+    /// spends on the way (`--delay`).
+    clock: u64,
+    delay: u64,
     up: Traffic,
     down: Traffic,
 }
@@ -123,6 +130,8 @@ impl Game {
             client_peers: Vec::with_capacity(n),
             to_server: VecDeque::new(),
             to_clients: VecDeque::new(),
+            clock: 0,
+            delay: 0,
             up: Traffic::default(),
             down: Traffic::default(),
         };
@@ -142,19 +151,23 @@ impl Game {
             rounds += 1;
             assert!(rounds < 2_000, "every client connects");
         }
+        // The delay applies from here: a connect flood through a long path is another
+        // bench's matter (the handshake's), not this one's.
+        g.delay = arg("--delay").and_then(|d| d.parse().ok()).unwrap_or(0);
         g
     }
 
     /// A tick without game traffic (while clients connect).
     fn idle_tick(&mut self) {
         self.now += TICK;
+        self.clock += 1;
         self.client_io(false);
         self.server_io(false);
     }
 
     /// The clients' side of a tick: read, send inputs (if playing), step, transmit.
     fn client_io(&mut self, play: bool) {
-        while let Some((to, payload)) = self.to_clients.pop_front() {
+        while let Some((_, to, payload)) = self.to_clients.pop_front_if(|d| d.0 <= self.clock) {
             self.client.handle_datagram(self.now, alias(index(to, CLIENT_BASE)), &payload);
         }
         if play {
@@ -166,7 +179,7 @@ impl Game {
         while let Some(t) = self.client.poll_transmit() {
             self.up.datagrams += 1;
             self.up.bytes += t.payload.len() as u64;
-            self.to_server.push_back((client_addr(index(t.remote, ALIAS_BASE)), t.payload));
+            self.to_server.push_back((self.clock + self.delay, client_addr(index(t.remote, ALIAS_BASE)), t.payload));
         }
         while let Some(e) = self.client.poll_event() {
             if let Event::Disconnected { peer, reason } = e {
@@ -182,7 +195,7 @@ impl Game {
     #[inline(never)]
     fn server_io(&mut self, play: bool) -> [Duration; PHASES] {
         let start = Instant::now();
-        while let Some((from, payload)) = self.to_server.pop_front() {
+        while let Some((_, from, payload)) = self.to_server.pop_front_if(|d| d.0 <= self.clock) {
             self.server.handle_datagram(self.now, from, &payload);
         }
         let read = Instant::now();
@@ -202,7 +215,7 @@ impl Game {
         while let Some(t) = self.server.poll_transmit() {
             self.down.datagrams += 1;
             self.down.bytes += t.payload.len() as u64;
-            self.to_clients.push_back((t.remote, t.payload));
+            self.to_clients.push_back((self.clock + self.delay, t.remote, t.payload));
         }
         while let Some(e) = self.server.poll_event() {
             match e {
@@ -223,6 +236,7 @@ impl Game {
     /// the allocations they made.
     fn tick(&mut self) -> (Duration, [Duration; PHASES], u64) {
         self.now += TICK;
+        self.clock += 1;
         self.ticks += 1;
         self.client_io(true);
         let region = Region::new(GLOBAL);
