@@ -267,22 +267,39 @@ impl Channels {
     }
 
     /// Runs `f` on channel `i`, or on a new one in its place if it is not made yet.
+    #[inline]
     fn view<R>(&self, i: usize, f: impl FnOnce(&Channel) -> R) -> Option<R> {
         match self.channels.get(i)? {
             Some(ch) => Some(f(ch)),
-            None => self.make(i).map(|ch| f(&ch)),
+            None => self.view_new(i, f),
         }
     }
 
+    /// [`Channels::view`] of a channel not made yet: rare, and out of line.
+    #[cold]
+    #[inline(never)]
+    fn view_new<R>(&self, i: usize, f: impl FnOnce(&Channel) -> R) -> Option<R> {
+        self.make(i).map(|ch| f(&ch))
+    }
+
     /// Channel `i`, made if it is not yet.
+    #[inline]
     fn live(&mut self, i: usize) -> Option<&mut Channel> {
         if matches!(self.channels.get(i), Some(None)) {
-            let made = self.make(i).map(Box::new);
-            if let Some(slot) = self.channels.get_mut(i) {
-                *slot = made;
-            }
+            self.make_in_place(i);
         }
         self.channels.get_mut(i)?.as_deref_mut()
+    }
+
+    /// Makes channel `i`, once per connection: out of line, so that [`Channels::live`],
+    /// on every packet's path, stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn make_in_place(&mut self, i: usize) {
+        let made = self.make(i).map(Box::new);
+        if let Some(slot) = self.channels.get_mut(i) {
+            *slot = made;
+        }
     }
 
     /// The channels made so far.
