@@ -221,6 +221,15 @@ enum Plan {
     NoFrame,
 }
 
+/// Whether the `span` frame ids from `first` include one of `skipped`: ids kept in the order
+/// sent, newest last, all within far less than half the id space of each other. From the
+/// newest back, the first one older than the range ends the search; an honest range starts
+/// past the latest skip, so that is usually the only one read.
+fn names_a_skipped_id(skipped: &VecDeque<u32>, first: u32, span: u64) -> bool {
+    let s = SeqSpace::FRAME;
+    skipped.iter().rev().take_while(|&&k| !s.is_newer(first, k)).any(|&k| s.in_range(k, first, span))
+}
+
 impl Transfer {
     /// A transfer layer whose first frame id is `local_base` and whose peer's first frame id
     /// is `remote_base` (both from the handshake).
@@ -777,7 +786,7 @@ impl Transfer {
         // clamp only keeps the walk inside the queue.
         let hi = s.offset(range.last, base);
         let span = u64::from(s.distance(range.first, range.last)) + 1;
-        if self.skipped.iter().any(|&k| s.in_range(k, range.first, span)) {
+        if names_a_skipped_id(&self.skipped, range.first, span) {
             self.stats.dishonest_acks += 1;
         }
         let hi = hi.min(outstanding - 1);

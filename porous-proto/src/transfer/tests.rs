@@ -482,3 +482,33 @@ fn unreliable_data_is_not_held_behind_reliable_data_the_pacer_spreads() {
     let later = a.pacing_deadline().expect("data waits");
     assert!(!flush(&mut a, later, key).is_empty());
 }
+
+#[test]
+fn the_skipped_id_check_stopping_at_the_first_older_one_agrees_with_reading_them_all() {
+    // Skipped ids as the sender keeps them: increasing, at most 32, spread over a few
+    // thousand ids, from anywhere in the space (so across the wrap too).
+    fn agrees(start: u32, gaps: Vec<u8>, first_off: u16, span: u16) -> bool {
+        let s = SeqSpace::FRAME;
+        let mut k = start;
+        let skipped: VecDeque<u32> = gaps
+            .iter()
+            .take(SKIPS_REMEMBERED)
+            .map(|g| {
+                k = s.add(k, u32::from(*g) + 1);
+                k
+            })
+            .collect();
+        let first = s.add(start, u32::from(first_off) % 10_000);
+        let span = u64::from(span) % 4_000 + 1;
+        let all = skipped.iter().any(|&k| s.in_range(k, first, span));
+        names_a_skipped_id(&skipped, first, span) == all
+    }
+    quickcheck::QuickCheck::new().tests(5_000).quickcheck(agrees as fn(u32, Vec<u8>, u16, u16) -> bool);
+    // The cases that matter, by hand: a range over an old skip behind newer ones, and a
+    // range between skips.
+    let skipped: VecDeque<u32> = [u32::MAX - 2, 5, 300, 700].into_iter().collect();
+    assert!(names_a_skipped_id(&skipped, 4, 3), "an old skip, behind two newer ones");
+    assert!(names_a_skipped_id(&skipped, u32::MAX - 3, 2), "the oldest, across the wrap");
+    assert!(!names_a_skipped_id(&skipped, 6, 294), "between skips");
+    assert!(!names_a_skipped_id(&skipped, 701, 50), "past the newest");
+}
