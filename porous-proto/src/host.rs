@@ -173,10 +173,12 @@ impl Slot {
         self.filed.then_some(self.ticks)
     }
 
-    /// Marks the slot for the next step: true if it was not marked, and the caller must
-    /// then queue it on the host's dirty list.
-    fn mark(&mut self) -> bool {
-        !std::mem::replace(&mut self.dirty, true)
+    /// Marks slot `index` (this one) for the next step, queueing it on the host's list of
+    /// slots to step unless it is there already.
+    fn mark(&mut self, index: u32, dirty: &mut Vec<u32>) {
+        if !std::mem::replace(&mut self.dirty, true) {
+            dirty.push(index);
+        }
     }
 
     fn set_scheduled(&mut self, ticks: Option<u64>) {
@@ -210,6 +212,15 @@ impl Slots {
 
     fn get_mut(&mut self, index: usize) -> Option<&mut Slot> {
         self.slots.get_mut(index)
+    }
+
+    /// The slot of peer `id`, if that peer is still in it.
+    fn of(&self, id: PeerId) -> Option<&Slot> {
+        self.get(id.index as usize).filter(|s| s.generation == id.generation && s.peer.is_some())
+    }
+
+    fn of_mut(&mut self, id: PeerId) -> Option<&mut Slot> {
+        self.get_mut(id.index as usize).filter(|s| s.generation == id.generation && s.peer.is_some())
     }
 
     fn len(&self) -> usize {
@@ -428,9 +439,7 @@ impl Host {
     }
 
     fn peer_index(&self, id: PeerId) -> Option<usize> {
-        let i = id.index as usize;
-        let slot = self.slots.get(i)?;
-        (slot.generation == id.generation && slot.peer.is_some()).then_some(i)
+        self.slots.of(id).map(|_| id.index as usize)
     }
 
     fn id_of(&self, index: u32) -> PeerId {
@@ -444,8 +453,8 @@ impl Host {
     }
 
     fn mark_dirty(&mut self, index: u32) {
-        if self.slots.get_mut(index as usize).is_some_and(Slot::mark) {
-            self.dirty.push(index);
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            slot.mark(index, &mut self.dirty);
         }
     }
 
@@ -780,9 +789,7 @@ impl Host {
                 && slot.scheduled() == Some(t)
             {
                 slot.set_scheduled(None);
-                if slot.mark() {
-                    self.dirty.push(index);
-                }
+                slot.mark(index, &mut self.dirty);
             }
         }
         let dirty = std::mem::take(&mut self.dirty);
@@ -862,12 +869,9 @@ impl Host {
     pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
         // One lookup of the slot for the check, the send and the mark: a send is per
         // message.
-        let slot = self.slots.get_mut(peer.index as usize).filter(|s| s.generation == peer.generation);
-        let slot = slot.ok_or(SendError::UnknownPeer)?;
+        let slot = self.slots.of_mut(peer).ok_or(SendError::UnknownPeer)?;
         slot.peer.as_mut().ok_or(SendError::UnknownPeer)?.send(channel, data, mode)?;
-        if slot.mark() {
-            self.dirty.push(peer.index);
-        }
+        slot.mark(peer.index, &mut self.dirty);
         Ok(())
     }
 
