@@ -192,7 +192,8 @@ impl Slot {
 ///
 /// - consecutive slots are consecutive in memory, and a host going through its peers in
 ///   slot order reads each field at a constant stride, which the processor follows and
-///   fetches ahead (`docs/performance.md`, Part 8);
+///   fetches ahead (`docs/performance.md`, Part 8); how far it follows depends on the
+///   stride, so a slot has a size budget (2,048 bytes, held by a test: Part 10);
 /// - the room beyond the peers is at most an eighth of them (16 slots at first), where a
 ///   doubling vector's free part would cost about 1,100 bytes a peer at 10,000 peers;
 /// - the price is that growing copies the slots: about 8 times the table's final size in
@@ -1076,6 +1077,14 @@ impl Host {
 mod tests {
     use super::{Slot, Slots};
 
+    /// Most bytes a [`Slot`] may take. A server's tick goes through its peers' slots in
+    /// turn, and a slot's size costs more than the lines the tick reads: on the machine of
+    /// `docs/performance.md` (Part 10), 10,000 active peers took 1.09x, 1.21x and 1.28x as
+    /// long a tick with 448, 576 and 832 bytes of padding that nothing reads added to each
+    /// 1,792-byte slot (320 bytes: no change; 100 peers: no change). Growing a connection's
+    /// fixed state past this is a cost every active peer pays, to be measured first.
+    const SLOT_BUDGET: usize = 2_048;
+
     /// The table grows by an eighth of its slots (by 16 while that is more), never by more.
     #[test]
     fn slots_grow_by_an_eighth() {
@@ -1095,5 +1104,13 @@ mod tests {
         let peer = size_of::<crate::peer::Peer>();
         assert_eq!(align_of::<Slot>(), 64);
         assert_eq!(size_of::<Slot>(), (peer + 16).next_multiple_of(64), "a peer of {peer} bytes");
+    }
+
+    /// A slot stays within [`SLOT_BUDGET`]: past it, every active peer's tick pays for the
+    /// size, whether or not the new bytes are read (see the constant).
+    #[test]
+    fn a_slot_stays_within_its_budget() {
+        let slot = size_of::<Slot>();
+        assert!(slot <= SLOT_BUDGET, "a slot of {slot} bytes is over its budget of {SLOT_BUDGET}");
     }
 }
