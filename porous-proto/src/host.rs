@@ -192,8 +192,9 @@ impl Slot {
 ///
 /// - consecutive slots are consecutive in memory, and a host going through its peers in
 ///   slot order reads each field at a constant stride, which the processor follows and
-///   fetches ahead (`docs/performance.md`, Part 8); how far it follows depends on the
-///   stride, so a slot has a size budget (2,048 bytes, held by a test: Part 10);
+///   fetches ahead (`docs/performance.md`, Part 8); past about 2.1 KB a slot's size
+///   costs every active peer's tick even where nothing reads the extra bytes, so a slot
+///   has a budget (2,048 bytes, held by a test: Part 10);
 /// - the room beyond the peers is at most an eighth of them (16 slots at first), where a
 ///   doubling vector's free part would cost about 1,100 bytes a peer at 10,000 peers;
 /// - the price is that growing copies the slots: about 8 times the table's final size in
