@@ -168,6 +168,12 @@ struct Slot {
 impl Slot {
     const EMPTY: Self = Self { generation: 0, peer: None, ticks: 0, filed: false, dirty: false };
 
+    /// Whether this slot holds peer `id`: a peer is in it, of `id`'s generation (a stale
+    /// id never reaches a later peer in the same slot).
+    fn holds(&self, id: PeerId) -> bool {
+        self.generation == id.generation && self.peer.is_some()
+    }
+
     /// The deadline this slot is filed under in the timer heap.
     fn scheduled(&self) -> Option<u64> {
         self.filed.then_some(self.ticks)
@@ -218,11 +224,11 @@ impl Slots {
 
     /// The slot of peer `id`, if that peer is still in it.
     fn of(&self, id: PeerId) -> Option<&Slot> {
-        self.get(id.index as usize).filter(|s| s.generation == id.generation && s.peer.is_some())
+        self.get(id.index as usize).filter(|s| s.holds(id))
     }
 
     fn of_mut(&mut self, id: PeerId) -> Option<&mut Slot> {
-        self.get_mut(id.index as usize).filter(|s| s.generation == id.generation && s.peer.is_some())
+        self.get_mut(id.index as usize).filter(|s| s.holds(id))
     }
 
     fn len(&self) -> usize {
