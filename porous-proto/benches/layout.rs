@@ -1,5 +1,5 @@
 //! What the layout of a peer's state costs a server's tick, with no protocol in it: the
-//! yardstick for `active.rs` (issue 18; `docs/performance.md`, Part 8).
+//! yardstick for `active.rs` (issue 18; `docs/notes/server-scale.md`, Part 8).
 //!
 //! N peers each own a record of [`RECORD`] bytes (a connected peer's heap in the `active`
 //! bench). A tick first passes over as much other memory as N clients hold (what the

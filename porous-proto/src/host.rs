@@ -198,7 +198,7 @@ impl Slot {
 ///
 /// - consecutive slots are consecutive in memory, and a host going through its peers in
 ///   slot order reads each field at a constant stride, which the processor follows and
-///   fetches ahead (`docs/performance.md`, Part 8); past about 2.1 KB a slot's size
+///   fetches ahead (`docs/notes/server-scale.md`, Part 8); past about 2.1 KB a slot's size
 ///   costs every active peer's tick even where nothing reads the extra bytes, so a slot
 ///   has a budget (2,048 bytes, held by a test: Part 10);
 /// - the room beyond the peers is at most an eighth of them (16 slots at first), where a
@@ -1086,7 +1086,7 @@ mod tests {
 
     /// Most bytes a [`Slot`] may take. A server's tick goes through its peers' slots in
     /// turn, and a slot's size costs more than the lines the tick reads: on the machine of
-    /// `docs/performance.md` (Part 10), 10,000 active peers took 1.09x, 1.21x and 1.28x as
+    /// `docs/notes/server-scale.md` (Part 10), 10,000 active peers took 1.09x, 1.21x and 1.28x as
     /// long a tick with 448, 576 and 832 bytes of padding that nothing reads added to each
     /// 1,792-byte slot (320 bytes: no change; 100 peers: no change). Growing a connection's
     /// fixed state past this is a cost every active peer pays, to be measured first.

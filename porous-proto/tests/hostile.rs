@@ -17,7 +17,7 @@ const MS: Duration = Duration::from_millis(1);
 /// The most a pending handshake may hold, connect data aside: its slot in the peer table
 /// (the peer with its session's room inline, about 1.8 KB in a test build, which carries
 /// the fuzzing hooks) and its handshake state (about 320 bytes). The session's room is the
-/// price of a connected peer's state being one record (`docs/performance.md`, Part 8);
+/// price of a connected peer's state being one record (`docs/notes/server-scale.md`, Part 8);
 /// `max_pending` bounds how many there are.
 const PENDING_HANDSHAKE_MAX: usize = 2560;
 const SEC: Duration = Duration::from_secs(1);

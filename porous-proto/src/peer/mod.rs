@@ -133,7 +133,7 @@ pub(crate) struct Peer {
     handshake: Option<Box<Handshake>>,
     /// Inline, not boxed: a datagram or a step reaches the session through the peer's
     /// slot, and the box's address was one a server going through its peers could not
-    /// fetch ahead (about 0.92x of a 10,000-peer tick without it: `docs/performance.md`,
+    /// fetch ahead (about 0.92x of a 10,000-peer tick without it: `docs/notes/server-scale.md`,
     /// Part 8). The price is that a pending handshake's slot has the session's room too.
     session: Option<Session>,
     /// When the current state began.
