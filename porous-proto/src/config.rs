@@ -22,8 +22,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::token::PrivateKey;
-use crate::wire::{MAX_MTU, MIN_MTU};
+/// Smallest datagram size a connection may negotiate ([`PeerConfig::mtu`]).
+pub const MIN_MTU: usize = 128;
+/// Largest datagram size a connection may negotiate (the largest IPv4 UDP payload).
+pub const MAX_MTU: usize = 65_507;
 
 /// A channel's priority in the transfer layer's send queues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -286,6 +288,48 @@ pub struct HostConfig {
     /// default, is plain mode (LAN games, simulations): a plain and a secure host never
     /// connect to each other.
     pub secure: Option<SecureConfig>,
+}
+
+/// The key a backend shares with its game servers; it seals the server part of every token
+/// ([`crate::token`]). Keep it secret: whoever has it can admit any client to those
+/// servers. Its `Debug` output hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PrivateKey([u8; 32]);
+
+impl core::fmt::Debug for PrivateKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("PrivateKey(..)")
+    }
+}
+
+impl PrivateKey {
+    /// A key from its 32 bytes (as stored by the backend and its servers).
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The key's bytes, to store or hand to the game servers.
+    pub const fn to_bytes(&self) -> [u8; 32] {
+        self.0
+    }
+
+    /// A new key from `rng` (use a cryptographic generator; tests may seed one).
+    pub fn generate(rng: &mut impl rand_core::Rng) -> Self {
+        let mut bytes = [0; 32];
+        rng.fill_bytes(&mut bytes);
+        Self::from_bytes(bytes)
+    }
+
+    /// A new key from the operating system's generator.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system's generator fails (see [`Host::from_entropy`](crate::Host::from_entropy)).
+    #[cfg(feature = "os-random")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "os-random")))]
+    pub fn from_entropy() -> Self {
+        Self::generate(&mut rand_core::UnwrapErr(getrandom::SysRng))
+    }
 }
 
 /// Secure mode (`docs/security.md`): a client connects only with a connect token from the

@@ -344,7 +344,7 @@ pub enum ConnectError {
     /// [`HostConfig::secure`](crate::HostConfig::secure).
     NotSecure,
     /// The connect token does not decode.
-    Token(crate::token::TokenError),
+    Token(TokenError),
     /// The connect token does not name this address among its servers.
     NotInToken,
     /// The connection request with this token would not fit this host's `mtu`.
@@ -401,3 +401,48 @@ impl core::fmt::Display for AdmissionError {
 }
 
 impl std::error::Error for AdmissionError {}
+
+/// Why a token could not be made, decoded or accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// The bytes are not a token of this protocol and wire version.
+    Format,
+    /// A field runs past the end, or bytes follow the last field.
+    Length,
+    /// No server address.
+    NoAddresses,
+    /// More than [`MAX_SERVER_ADDRESSES`](crate::token::MAX_SERVER_ADDRESSES) server addresses.
+    TooManyAddresses,
+    /// An address of an unknown kind.
+    Address,
+    /// More than [`MAX_USER_DATA`](crate::token::MAX_USER_DATA) bytes of user data.
+    UserDataTooLong,
+    /// The expiry time is not after the creation time.
+    Times,
+    /// The timeout is below 1 s or above `u32::MAX` s.
+    Timeout,
+    /// The token has expired (at the time the server was given).
+    Expired,
+    /// The sealed part does not verify: forged, altered, or sealed with another key.
+    Forged,
+}
+
+impl core::fmt::Display for TokenError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::Format => "not a connect token of this protocol version",
+            Self::Length => "connect token of the wrong length",
+            Self::NoAddresses => "a connect token needs at least one server address",
+            Self::TooManyAddresses => "a connect token names at most 32 server addresses",
+            Self::Address => "connect token holds an address of an unknown kind",
+            Self::UserDataTooLong => "a connect token carries at most 256 bytes of user data",
+            Self::Times => "a connect token must expire after it is created",
+            Self::Timeout => "a connect token's timeout must be 1 s to u32::MAX s",
+            Self::Expired => "connect token expired",
+            Self::Forged => "connect token does not verify (forged, altered, or another key)",
+        })
+    }
+}
+
+impl std::error::Error for TokenError {}

@@ -4,13 +4,11 @@
 //! vocabulary, so every layer may read a configuration without importing this module,
 //! and this module imports the layers it measures (downward only).
 
-use crate::channel::{
-    Channel, DELIVERED_SIZE, DELIVERED_WORDS, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED, packet_cost,
-};
+use crate::channel::{self, Channel, DELIVERED_SIZE, DELIVERED_WORDS, ENTRY_OVERHEAD, ENTRY_SIZE, MAX_DISPLACED};
 use crate::config::{ConfigError, HostConfig, PeerConfig};
 use crate::peer::Session;
-use crate::seq::{FRAME_WINDOW, PACKET_WINDOW, WINDOW_ACK_SPACING};
-use crate::transfer::{MESSAGE_OVERHEAD, SPAN_COST};
+use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
+use crate::transfer::{SPAN_COST, span_limit};
 use crate::wire::{self, MAX_MTU, MIN_MTU};
 
 impl PeerConfig {
@@ -59,22 +57,7 @@ impl PeerConfig {
         if self.max_reassembly_bytes < self.mtu {
             return Err(ConfigError::ReassemblyTooSmall(self.max_reassembly_bytes));
         }
-        let need = packet_cost(self.max_packet_size, wire::fragment_payload(self.mtu));
-        if let Some(i) = self.channels.iter().position(|c| c.max_queued_bytes < need) {
-            return Err(ConfigError::ChannelQueue {
-                channel: i,
-                size: self.channels.get(i).map_or(0, |c| c.max_queued_bytes),
-                need,
-            });
-        }
-        for (i, c) in self.channels.iter().enumerate() {
-            if !(1..=255).contains(&c.weight) {
-                return Err(ConfigError::ChannelWeight { channel: i, weight: c.weight });
-            }
-            if c.unreliable_deadline.is_some_and(|d| d.is_zero()) {
-                return Err(ConfigError::ChannelDeadline { channel: i });
-            }
-        }
+        channel::Shared::check(self)?;
         for (name, d) in [
             ("timeout", self.timeout),
             ("connect_timeout", self.connect_timeout),
@@ -125,15 +108,6 @@ impl HostConfig {
         }
         Ok(())
     }
-}
-
-/// Most frames and message slots the in-flight record may span (see
-/// `transfer::Shared::span_limit`). Every message held costs its channel at least a queue
-/// slot of its limit, so twice the messages the limits allow leaves room for done frames
-/// in between.
-pub(crate) fn span_limit(cfg: &PeerConfig) -> usize {
-    let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
-    (2 * queued / MESSAGE_OVERHEAD).clamp(64, FRAME_WINDOW as usize)
 }
 
 /// An upper bound on the heap a connected peer holds under `cfg`, whatever the remote

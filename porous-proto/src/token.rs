@@ -35,6 +35,9 @@ use crate::wire::codec::Reader;
 use crate::wire::secure::SecretKey;
 use crate::wire::{DecodeError, Field};
 
+pub use crate::config::PrivateKey;
+pub use crate::event::TokenError;
+
 /// Most server addresses a token may name.
 pub const MAX_SERVER_ADDRESSES: usize = 32;
 /// Most bytes of user data a token may carry.
@@ -53,49 +56,9 @@ pub const MAX_SERVER_PART: usize = 8 + TOKEN_NONCE_LEN + PRIVATE_MAX + TOKEN_TAG
 /// The first bytes of every token: the protocol, its wire version, `'T'`.
 const MAGIC: [u8; 8] = [b'P', b'O', b'R', b'O', b'U', b'S', WIRE_VERSION, b'T'];
 
-/// The key a backend shares with its game servers; it seals the server part of every token.
-/// Keep it secret: whoever has it can admit any client to those servers. Its `Debug`
-/// output hides it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PrivateKey(SecretKey);
-
-impl core::fmt::Debug for PrivateKey {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("PrivateKey(..)")
-    }
-}
-
 impl PrivateKey {
-    /// A key from its 32 bytes (as stored by the backend and its servers).
-    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
-        Self(SecretKey::from_bytes(bytes))
-    }
-
-    /// The key's bytes, to store or hand to the game servers.
-    pub const fn to_bytes(&self) -> [u8; 32] {
-        self.0.to_bytes()
-    }
-
-    /// A new key from `rng` (use a cryptographic generator; tests may seed one).
-    pub fn generate(rng: &mut impl rand_core::Rng) -> Self {
-        let mut bytes = [0; 32];
-        rng.fill_bytes(&mut bytes);
-        Self::from_bytes(bytes)
-    }
-
-    /// A new key from the operating system's generator.
-    ///
-    /// # Panics
-    ///
-    /// If the operating system's generator fails (see [`Host::from_entropy`](crate::Host::from_entropy)).
-    #[cfg(feature = "os-random")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "os-random")))]
-    pub fn from_entropy() -> Self {
-        Self::generate(&mut rand_core::UnwrapErr(getrandom::SysRng))
-    }
-
     pub(crate) fn aead(&self) -> XChaCha20Poly1305 {
-        XChaCha20Poly1305::new(&self.0.to_bytes().into())
+        XChaCha20Poly1305::new(&self.to_bytes().into())
     }
 }
 
@@ -156,51 +119,6 @@ impl TokenParams {
         }
     }
 }
-
-/// Why a token could not be made, decoded or accepted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum TokenError {
-    /// The bytes are not a token of this protocol and wire version.
-    Format,
-    /// A field runs past the end, or bytes follow the last field.
-    Length,
-    /// No server address.
-    NoAddresses,
-    /// More than [`MAX_SERVER_ADDRESSES`] server addresses.
-    TooManyAddresses,
-    /// An address of an unknown kind.
-    Address,
-    /// More than [`MAX_USER_DATA`] bytes of user data.
-    UserDataTooLong,
-    /// The expiry time is not after the creation time.
-    Times,
-    /// The timeout is below 1 s or above `u32::MAX` s.
-    Timeout,
-    /// The token has expired (at the time the server was given).
-    Expired,
-    /// The sealed part does not verify: forged, altered, or sealed with another key.
-    Forged,
-}
-
-impl core::fmt::Display for TokenError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(match self {
-            Self::Format => "not a connect token of this protocol version",
-            Self::Length => "connect token of the wrong length",
-            Self::NoAddresses => "a connect token needs at least one server address",
-            Self::TooManyAddresses => "a connect token names at most 32 server addresses",
-            Self::Address => "connect token holds an address of an unknown kind",
-            Self::UserDataTooLong => "a connect token carries at most 256 bytes of user data",
-            Self::Times => "a connect token must expire after it is created",
-            Self::Timeout => "a connect token's timeout must be 1 s to u32::MAX s",
-            Self::Expired => "connect token expired",
-            Self::Forged => "connect token does not verify (forged, altered, or another key)",
-        })
-    }
-}
-
-impl std::error::Error for TokenError {}
 
 /// Length and other decoding failures of a token's fields are [`TokenError::Length`].
 impl From<DecodeError> for TokenError {

@@ -36,9 +36,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::config::Priority;
+use crate::config::{ChannelConfig, ConfigError, PeerConfig, Priority};
 use crate::event::SendError;
-use crate::peer::Settings;
 use crate::seq::{PACKET_WINDOW, WINDOW_ACK_SPACING};
 use crate::transfer::{IdPolicy, OutMessage, Tag, Transfer};
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
@@ -203,6 +202,45 @@ pub(crate) struct ChannelCounters {
     pub(crate) violations: u64,
 }
 
+/// What the channels of a host's connections share: each channel's configuration, set
+/// from the host's, built once per host and kept behind one `Arc` (as `transfer::Shared`
+/// is), so a connection does not carry its own copy. A per-channel option is read here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Shared {
+    /// Each channel's configuration (validated), in channel order.
+    pub(crate) channels: Box<[ChannelConfig]>,
+}
+
+impl Shared {
+    /// The channels' settings of a host whose connections are configured by `config`.
+    pub(crate) fn of(config: &PeerConfig) -> Self {
+        Self { channels: config.channels.clone().into_boxed_slice() }
+    }
+
+    /// Checks each channel's configuration in `config`: a queue that holds one largest
+    /// packet, a weight the send lanes can hold, a positive unreliable deadline. Part of
+    /// [`PeerConfig::validate`], which has checked the `mtu` and `max_packet_size` first.
+    pub(crate) fn check(config: &PeerConfig) -> Result<(), ConfigError> {
+        let need = packet_cost(config.max_packet_size, crate::wire::fragment_payload(config.mtu));
+        if let Some(i) = config.channels.iter().position(|c| c.max_queued_bytes < need) {
+            return Err(ConfigError::ChannelQueue {
+                channel: i,
+                size: config.channels.get(i).map_or(0, |c| c.max_queued_bytes),
+                need,
+            });
+        }
+        for (i, c) in config.channels.iter().enumerate() {
+            if !(1..=255).contains(&c.weight) {
+                return Err(ConfigError::ChannelWeight { channel: i, weight: c.weight });
+            }
+            if c.unreliable_deadline.is_some_and(|d| d.is_zero()) {
+                return Err(ConfigError::ChannelDeadline { channel: i });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Every channel of one connection, with their queue limits and shared reassembly budget.
 ///
 /// A channel is made on first use (a packet sent on it, or a frame carrying one of its
@@ -213,8 +251,8 @@ pub(crate) struct ChannelCounters {
 #[derive(Debug)]
 pub(crate) struct Channels {
     channels: SmallVec<[Option<Box<Channel>>; 4]>,
-    /// The host's settings: each channel's configuration and queue limit.
-    settings: Arc<Settings>,
+    /// The host's channel settings: each channel's configuration and queue limit.
+    shared: Arc<Shared>,
     /// What a new channel starts with: fragment size, largest packet received, first
     /// packet id each way.
     fragment: usize,
@@ -233,15 +271,15 @@ impl Channels {
     /// start at `send_base` one way and `recv_base` the other; received packets may hold
     /// `max_reassembly` bytes.
     pub(crate) fn new(
-        settings: Arc<Settings>,
+        shared: Arc<Shared>,
         fragment: usize,
         (send_max_packet, recv_max_packet): (usize, usize),
         (send_base, recv_base): (u32, u32),
         max_reassembly: usize,
     ) -> Self {
         Self {
-            channels: settings.config.channels.iter().map(|_| None).collect(),
-            settings,
+            channels: shared.channels.iter().map(|_| None).collect(),
+            shared,
             fragment,
             recv_max_packet,
             send_base,
@@ -254,7 +292,7 @@ impl Channels {
 
     /// Channel `i` as it starts.
     fn make(&self, i: usize) -> Option<Channel> {
-        let c = self.settings.config.channels.get(i)?;
+        let c = self.shared.channels.get(i)?;
         let params = ChannelParams::default();
         Some(Channel {
             index: i as u8,
@@ -330,7 +368,7 @@ impl Channels {
         sink: &mut impl MessageSink,
     ) -> Result<(), SendError> {
         let channels = self.channels.len();
-        let Some(cap) = self.settings.config.channels.get(channel).map(|c| c.max_queued_bytes) else {
+        let Some(cap) = self.shared.channels.get(channel).map(|c| c.max_queued_bytes) else {
             return Err(SendError::NoSuchChannel { channel, channels });
         };
         let send_max_packet = self.send_max_packet;

@@ -89,7 +89,7 @@ impl Session {
         tc.bandwidth = params.send_bandwidth;
         tc.congestion = cfg.congestion;
         let channels = Channels::new(
-            Arc::clone(settings),
+            Arc::clone(&settings.channels),
             crate::wire::fragment_payload(mtu),
             (params.send_max_packet, params.recv_max_packet),
             (local.packet_base, remote.packet_base),

@@ -1,11 +1,13 @@
 //! What a peer keeps of the configuration: a validated copy of the host's `PeerConfig`
-//! and what the host derived from it, built once per host and shared by all its peers,
-//! so no call into a peer needs the configuration passed along.
+//! and each layer's shared settings derived from it, built once per host and shared by all
+//! its peers, so no call into a peer needs the configuration passed along. Each layer
+//! derives its own part (`transfer::Shared::of`, `channel::Shared::of`); this only holds
+//! them together.
 
 use std::sync::Arc;
 
+use crate::channel;
 use crate::config::PeerConfig;
-use crate::limits::span_limit;
 use crate::transfer;
 
 /// A host's connection settings, as its peers use them.
@@ -16,18 +18,16 @@ pub(crate) struct Settings {
     /// What the transfer layer reads of it (the keepalive, the in-flight span limit, the
     /// channels' weights and repair switches), shared by every connection's layer.
     pub(crate) transfer: Arc<transfer::Shared>,
+    /// What the sequencing layer reads of it (each channel's configuration), shared by
+    /// every connection's channels.
+    pub(crate) channels: Arc<channel::Shared>,
 }
 
 impl Settings {
     /// The settings of `config` (validated).
     pub(crate) fn new(config: PeerConfig) -> Self {
-        let mut shared = transfer::Shared::new(config.channels.len());
-        shared.ping_interval = config.ping_interval;
-        // Most frames and message slots the in-flight record may span, from the
-        // channels' queue limits.
-        shared.span_limit = span_limit(&config);
-        shared.weights = config.channels.iter().map(|c| c.weight).collect();
-        shared.repair = config.channels.iter().map(|c| c.repair).collect();
-        Self { config, transfer: Arc::new(shared) }
+        let transfer = Arc::new(transfer::Shared::of(&config));
+        let channels = Arc::new(channel::Shared::of(&config));
+        Self { config, transfer, channels }
     }
 }

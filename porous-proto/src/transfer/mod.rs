@@ -39,7 +39,7 @@ use std::time::Duration;
 use bytes::BufMut;
 use smallvec::SmallVec;
 
-use crate::config::{CongestionControl, Priority};
+use crate::config::{CongestionControl, PeerConfig, Priority};
 use crate::lean::Nanos;
 use crate::seq::SeqSpace;
 pub(crate) use crate::stats::TransferStats;
@@ -112,6 +112,26 @@ impl Shared {
             repair: smallvec::smallvec![true; channels],
         }
     }
+
+    /// The settings of a host whose connections are configured by `config` (validated).
+    pub(crate) fn of(config: &PeerConfig) -> Self {
+        Self {
+            ping_interval: config.ping_interval,
+            span_limit: span_limit(config),
+            weights: config.channels.iter().map(|c| c.weight).collect(),
+            repair: config.channels.iter().map(|c| c.repair).collect(),
+            ..Self::new(config.channels.len())
+        }
+    }
+}
+
+/// Most frames and message slots the in-flight record may span under `config` (see
+/// [`Shared::span_limit`]). Every message held costs its channel at least a queue slot of
+/// its limit, so twice the messages the limits allow leaves room for done frames in
+/// between.
+pub(crate) fn span_limit(config: &PeerConfig) -> usize {
+    let queued: usize = config.channels.iter().map(|c| c.max_queued_bytes).sum();
+    (2 * queued / MESSAGE_OVERHEAD).clamp(64, crate::seq::FRAME_WINDOW as usize)
 }
 
 /// Parameters of one connection's transfer layer: the host's shared ones and what was

@@ -20,6 +20,9 @@ mod message;
 pub mod secure;
 
 pub use check::Key;
+// The datagram sizes a configuration may name, which the wire enforces on every request:
+// defined with the configuration, so that the vocabulary imports nothing of the layers.
+pub use crate::config::{MAX_MTU, MIN_MTU};
 pub(crate) use check::PlainKey;
 pub use control::{
     COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, MAX_REQUEST, REQUEST_OVERHEAD_MAX,
@@ -38,10 +41,6 @@ pub const WIRE_VERSION: u8 = 2;
 pub const CHECK_LEN: usize = 4;
 /// The shortest valid datagram: a type byte and the check.
 pub const MIN_DATAGRAM: usize = 1 + CHECK_LEN;
-/// Smallest datagram size a connection may negotiate.
-pub const MIN_MTU: usize = 128;
-/// Largest datagram size a connection may negotiate (the largest IPv4 UDP payload).
-pub const MAX_MTU: usize = 65_507;
 /// Most bytes of a data frame that are not messages: type, a 4-byte frame id, ping, ping
 /// acknowledgement and check. Acknowledgements ride along only when they fit besides.
 pub const FRAME_OVERHEAD_MAX: usize = 1 + 4 + 1 + 1 + CHECK_LEN;
