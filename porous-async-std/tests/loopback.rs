@@ -78,7 +78,7 @@ fn handles_run_under_smol() {
             assert_eq!(to_server.recv().await.unwrap(), Packet::new(2, SendMode::Reliable, "ack"));
             let (left, right) = smol::future::zip(to_server.disconnect(), to_client.recv()).await;
             assert_eq!(left, DisconnectReason::Local);
-            assert_eq!(right, Err(Disconnected(DisconnectReason::Remote { code: 0 })));
+            assert_eq!(right, Err(Disconnected(DisconnectReason::remote(0))));
         })
         .await;
     });

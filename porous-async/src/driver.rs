@@ -339,7 +339,7 @@ impl Routes {
 
     fn dispatch(&mut self, core: &mut porous_proto::Host, event: Event) {
         match event {
-            Event::ConnectRequest { peer, remote, data, client_id } => {
+            Event::ConnectRequest { peer, remote, data, client_id, .. } => {
                 // Every queued request is a pending handshake of the core, and one that
                 // times out leaves the queue, so `max_pending` bounds it; the check only
                 // makes that explicit. No `Host` handle left: no one will decide.
@@ -350,7 +350,7 @@ impl Routes {
                     reject(core, peer, 0);
                 }
             }
-            Event::Connected { peer, remote, data, client_id } => {
+            Event::Connected { peer, remote, data, client_id, .. } => {
                 let (inbox, parts) = Inbox::new(peer, remote, data, client_id);
                 let handed_over = match self.connecting.remove(&peer) {
                     // Fails if the `connect` future was dropped.
@@ -364,7 +364,7 @@ impl Routes {
                     disconnect_now(core, peer, 0);
                 }
             }
-            Event::Received { peer, channel, mode, data } => {
+            Event::Received { peer, channel, mode, data, .. } => {
                 if let Some(inbox) = self.inboxes.get_mut(&peer) {
                     // Into the mailbox at the next `flush_held`, with the round's others.
                     inbox.unreliable |= mode == SendMode::Unreliable;
@@ -375,7 +375,7 @@ impl Routes {
                     }
                 }
             }
-            Event::Disconnected { peer, reason } => {
+            Event::Disconnected { peer, reason, .. } => {
                 // A request that timed out undecided leaves the queue.
                 self.requests.remove(peer);
                 if let Some(reply) = self.connecting.remove(&peer) {

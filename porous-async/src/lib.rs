@@ -110,7 +110,7 @@
 //!     };
 //!     let connect = async {
 //!         let old = old_client.connect_with(server.local_addr(), &b"v1 ticket:8f3a"[..]).await;
-//!         assert!(matches!(old, Err(Error::Failed(DisconnectReason::Rejected { code: 426 }))));
+//!         assert!(matches!(old, Err(Error::Failed(DisconnectReason::Rejected { code: 426, .. }))));
 //!         client.connect_with(server.local_addr(), &b"v2 ticket:8f3a"[..]).await
 //!     };
 //!     let (player, to_server) = futures_lite::future::zip(serve, connect).await;
@@ -119,7 +119,7 @@
 //!
 //!     // The server kicks the player with a code; the client reads it.
 //!     player.disconnect_with(7).await;
-//!     assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 7 })));
+//!     assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::remote(7))));
 //!     Ok(())
 //! })
 //! # }

@@ -36,7 +36,8 @@ pub trait AsyncTimer: Send + fmt::Debug {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()>;
 }
 
-/// What [`AsyncUdpSocket::poll_io`] waits for.
+/// What [`AsyncUdpSocket::poll_io`] waits for: a closed set (a socket is read or
+/// written), so not `#[non_exhaustive]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Interest {
     /// The socket may have datagrams to read.

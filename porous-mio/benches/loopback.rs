@@ -1047,7 +1047,7 @@ fn raw_run(batched: bool, size: usize, count: u64) -> std::io::Result<Outcome> {
     if batched {
         let mut io = UdpIo::new(&tx, Batching::FULL)?;
         for _ in 0..count {
-            io.push(porous_mio::Transmit { remote: to, payload: datagram.clone() });
+            io.push(porous_mio::Transmit::new(to, datagram.clone()));
             if io.pending() >= 64 {
                 while io.send(tx.as_socket_ref()).is_err() {
                     thread::yield_now();

@@ -72,7 +72,9 @@ fn server(mut host: Host, out: &mut dyn Write, running: &dyn Fn() -> bool) -> st
                     Some(name) => Some(format!("{name}: {text}")),
                 }
             }
-            Event::Disconnected { peer, reason } => names.remove(&peer).map(|name| format!("* {name} left ({reason})")),
+            Event::Disconnected { peer, reason, .. } => {
+                names.remove(&peer).map(|name| format!("* {name} left ({reason})"))
+            }
             _ => None,
         };
         if let Some(line) = announce {

@@ -437,7 +437,7 @@ fn classify(r: &Report) -> Verdict {
     let missing: u64 = r.streams.iter().flatten().map(Stream::missing).sum();
     let refused: u64 = r.streams.iter().flatten().map(|s| s.refused).sum();
     let clean = r.ended.get("client") == Some(&DisconnectReason::Local)
-        && r.ended.get("server") == Some(&DisconnectReason::Remote { code: 0 });
+        && r.ended.get("server") == Some(&DisconnectReason::remote(0));
     if let Some((side, reason)) =
         r.ended.iter().find(|(_, reason)| !matches!(reason, DisconnectReason::Local | DisconnectReason::Remote { .. }))
     {
@@ -848,10 +848,7 @@ mod tests {
             streams: [modes.map(Stream::new), modes.map(Stream::new)],
             unsent: [Unsent::default(); 2],
             connected: true,
-            ended: BTreeMap::from([
-                ("client", DisconnectReason::Local),
-                ("server", DisconnectReason::Remote { code: 0 }),
-            ]),
+            ended: BTreeMap::from([("client", DisconnectReason::Local), ("server", DisconnectReason::remote(0))]),
             gave_up: false,
             notes: Vec::new(),
         }

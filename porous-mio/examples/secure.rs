@@ -44,7 +44,7 @@ fn server(host: &mut Host, report: &mpsc::Sender<String>) -> Result<(), String> 
     let mut echoed = 0;
     while Instant::now() < deadline {
         match host.service(Duration::from_millis(20)).map_err(|e| e.to_string())? {
-            Some(Event::Connected { peer, remote, data, client_id }) => {
+            Some(Event::Connected { peer, remote, data, client_id, .. }) => {
                 let name = String::from_utf8_lossy(&data);
                 let _ = report.send(format!("server: client {client_id:?} ({name}) connected from {remote}"));
                 let _ = host.send(peer, 0, Bytes::from_static(b"welcome"), SendMode::Reliable);

@@ -135,7 +135,7 @@
 //!         Some(Event::Connected { peer, data, .. }) => println!("{peer} joined with {data:?}"),
 //!         // A kick: the client reads `DisconnectReason::Remote { code: 7 }`.
 //!         Some(Event::Received { peer, data, .. }) if &data[..] == b"cheat" => server.disconnect_with(peer, 7),
-//!         Some(Event::Disconnected { reason: DisconnectReason::Remote { code }, .. }) => {
+//!         Some(Event::Disconnected { reason: DisconnectReason::Remote { code, .. }, .. }) => {
 //!             println!("a player left with code {code}");
 //!         }
 //!         _ => {}

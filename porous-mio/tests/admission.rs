@@ -41,7 +41,7 @@ fn connect_data_manual_admission_and_disconnect_codes() {
     let (mut alice_connected, mut mallory_refused, mut server_connected) = (false, None, None);
     pump(&mut [&mut server, &mut alice, &mut mallory], |hosts, i, event| {
         match (i, event) {
-            (0, Event::ConnectRequest { peer, remote, data, client_id }) => {
+            (0, Event::ConnectRequest { peer, remote, data, client_id, .. }) => {
                 assert_eq!(client_id, None, "plain mode: no token, no client id");
                 requests.push(data.clone());
                 if data.starts_with(b"v1 ") {
@@ -57,7 +57,7 @@ fn connect_data_manual_admission_and_disconnect_codes() {
                 assert_eq!(peer, to_server);
                 alice_connected = true;
             }
-            (2, Event::Disconnected { peer, reason }) => {
+            (2, Event::Disconnected { peer, reason, .. }) => {
                 assert_eq!(peer, mallory_to_server);
                 mallory_refused = Some(reason);
             }
@@ -70,20 +70,20 @@ fn connect_data_manual_admission_and_disconnect_codes() {
     });
     requests.sort();
     assert_eq!(requests, [Bytes::from_static(b"v0 ticket:forged"), Bytes::from_static(b"v1 ticket:alice")]);
-    assert_eq!(mallory_refused, Some(DisconnectReason::Rejected { code: 403 }));
+    assert_eq!(mallory_refused, Some(DisconnectReason::rejected(403)));
     let (to_alice, data): (PeerId, Bytes) = server_connected.unwrap();
     assert_eq!(&data[..], b"v1 ticket:alice", "Connected carries the connect data too");
 
     // The server kicks alice with a code; alice reads it.
     server.disconnect_with(to_alice, 7);
     let reason = pump(&mut [&mut server, &mut alice], |_, i, event| match (i, event) {
-        (1, Event::Disconnected { peer, reason }) => {
+        (1, Event::Disconnected { peer, reason, .. }) => {
             assert_eq!(peer, to_server);
             Some(reason)
         }
         _ => None,
     });
-    assert_eq!(reason, DisconnectReason::Remote { code: 7 });
+    assert_eq!(reason, DisconnectReason::remote(7));
 
     // The other way, and at once: a client quits with a code. A new client: the old
     // connection lingers on both sides for a while.
@@ -103,8 +103,8 @@ fn connect_data_manual_admission_and_disconnect_codes() {
     bob.disconnect_now_with(to_server, 42);
     bob.flush().unwrap();
     let reason = pump(&mut [&mut server], |_, _, event| match event {
-        Event::Disconnected { peer, reason } if peer == to_bob => Some(reason),
+        Event::Disconnected { peer, reason, .. } if peer == to_bob => Some(reason),
         _ => None,
     });
-    assert_eq!(reason, DisconnectReason::Remote { code: 42 });
+    assert_eq!(reason, DisconnectReason::remote(42));
 }

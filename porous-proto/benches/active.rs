@@ -182,7 +182,7 @@ impl Game {
             self.to_server.push_back((self.clock + self.delay, client_addr(index(t.remote, ALIAS_BASE)), t.payload));
         }
         while let Some(e) = self.client.poll_event() {
-            if let Event::Disconnected { peer, reason } = e {
+            if let Event::Disconnected { peer, reason, .. } = e {
                 panic!("client {peer} disconnected: {reason}");
             }
         }
@@ -224,7 +224,7 @@ impl Game {
                         *slot = Some(peer);
                     }
                 }
-                Event::Disconnected { peer, reason } => panic!("server's {peer} disconnected: {reason}"),
+                Event::Disconnected { peer, reason, .. } => panic!("server's {peer} disconnected: {reason}"),
                 _ => {}
             }
         }

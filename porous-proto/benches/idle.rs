@@ -128,7 +128,7 @@ impl Idle {
         while let Some(e) = self.server.poll_event() {
             match e {
                 Event::Connected { .. } => self.connected += 1,
-                Event::Disconnected { peer, reason } => panic!("{peer} disconnected: {reason}"),
+                Event::Disconnected { peer, reason, .. } => panic!("{peer} disconnected: {reason}"),
                 _ => {}
             }
         }

@@ -27,7 +27,8 @@ pub const MIN_MTU: usize = 128;
 /// Largest datagram size a connection may negotiate (the largest IPv4 UDP payload).
 pub const MAX_MTU: usize = 65_507;
 
-/// A channel's priority in the transfer layer's send queues.
+/// A channel's priority in the transfer layer's send queues: the spec's two, so the enum
+/// is exhaustive.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Priority {
     /// Sent before any low-priority message.
@@ -226,13 +227,29 @@ pub enum SequenceStart {
     /// Frame ids start at the connection's random nonce, packet ids at random.
     #[default]
     Random,
-    /// Frame ids start at `frame`, packet ids at `packet` (taken modulo 2^24).
+    /// Frame ids start at `frame`, packet ids at `packet` (taken modulo 2^24). Made with
+    /// [`SequenceStart::fixed`].
+    #[non_exhaustive]
     Fixed {
         /// First frame id.
         frame: u32,
         /// First packet id of every channel.
         packet: u32,
     },
+}
+
+impl SequenceStart {
+    /// Frame ids start at `frame`, packet ids at `packet` (taken modulo 2^24).
+    ///
+    /// ```
+    /// use porous_proto::{HostConfig, SequenceStart};
+    /// let mut config = HostConfig::default();
+    /// // Start just below the wrap of both id spaces, to test it.
+    /// config.sequence_start = SequenceStart::fixed(u32::MAX - 10, (1 << 24) - 10);
+    /// ```
+    pub const fn fixed(frame: u32, packet: u32) -> Self {
+        Self::Fixed { frame, packet }
+    }
 }
 
 /// Settings of a [`Host`](crate::Host). Each field states its default.
@@ -411,6 +428,7 @@ pub enum ConfigError {
     /// `mtu` outside 128..=65507.
     Mtu(usize),
     /// `max_packet_size` is 0 or needs more fragments than the protocol allows at this MTU.
+    #[non_exhaustive]
     MaxPacketSize {
         /// The configured value.
         size: usize,
@@ -421,6 +439,7 @@ pub enum ConfigError {
     ReassemblyTooSmall(usize),
     /// A channel's `max_queued_bytes` cannot hold one packet of `max_packet_size` (with
     /// the queue slots of its fragments), so such a send could never be queued.
+    #[non_exhaustive]
     ChannelQueue {
         /// The channel.
         channel: usize,
@@ -433,6 +452,7 @@ pub enum ConfigError {
     /// between keepalives.
     PingInterval,
     /// A channel's `weight` is outside 1..=255.
+    #[non_exhaustive]
     ChannelWeight {
         /// The channel.
         channel: usize,
@@ -440,6 +460,7 @@ pub enum ConfigError {
         weight: u32,
     },
     /// A channel's `unreliable_deadline` is zero: every unreliable packet would expire.
+    #[non_exhaustive]
     ChannelDeadline {
         /// The channel.
         channel: usize,

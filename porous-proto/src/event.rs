@@ -10,6 +10,9 @@ use bytes::Bytes;
 /// or after a later packet of its channel. An unordered channel
 /// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)) takes `Reliable` only
 /// and delivers each packet as soon as it is complete.
+///
+/// The spec defines exactly these three modes, so the enum is exhaustive: a `match`
+/// needs no `_` arm (a new mode would be a new wire version, a breaking release).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum SendMode {
@@ -67,7 +70,12 @@ impl core::fmt::Display for PeerId {
 }
 
 /// A datagram for the application to send on its UDP socket.
+///
+/// `#[non_exhaustive]`: a later version may add what a socket layer can use (such as a
+/// segment size for GSO) without breaking code that reads these two fields; build one with
+/// [`Transmit::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Transmit {
     /// Where to send it.
     pub remote: SocketAddr,
@@ -75,11 +83,35 @@ pub struct Transmit {
     pub payload: Bytes,
 }
 
+impl Transmit {
+    /// A datagram of `payload` for `remote` (to hand a socket layer such as `porous-udp`
+    /// datagrams of your own).
+    pub fn new(remote: SocketAddr, payload: Bytes) -> Self {
+        Self { remote, payload }
+    }
+}
+
 /// Something that happened to a connection.
+///
+/// Events gain fields and variants in minor releases (`docs/architecture.md`, Stable
+/// shapes): match each variant with `..` and keep a `_` arm.
+///
+/// ```
+/// # use porous_proto::Event;
+/// fn describe(event: &Event) -> String {
+///     match event {
+///         Event::Connected { peer, remote, .. } => format!("{peer} connected from {remote}"),
+///         Event::Received { channel, data, .. } => format!("{} bytes on channel {channel}", data.len()),
+///         Event::Disconnected { reason, .. } => format!("gone: {reason}"),
+///         _ => String::new(),
+///     }
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
     /// A connection is established (either side may have started it).
+    #[non_exhaustive]
     Connected {
         /// The peer.
         peer: PeerId,
@@ -109,6 +141,7 @@ pub enum Event {
     /// `data` is only what someone sent from there. Verify tickets before trusting them,
     /// and set [`HostConfig::challenge_above`](crate::HostConfig::challenge_above) to 0
     /// if every requester must first prove it receives at `remote`.
+    #[non_exhaustive]
     ConnectRequest {
         /// The id the peer keeps if accepted.
         peer: PeerId,
@@ -123,6 +156,7 @@ pub enum Event {
         client_id: Option<u64>,
     },
     /// A packet arrived.
+    #[non_exhaustive]
     Received {
         /// The peer that sent it.
         peer: PeerId,
@@ -135,6 +169,7 @@ pub enum Event {
         data: Bytes,
     },
     /// A connection ended, or a connection attempt failed. The id is dead afterwards.
+    #[non_exhaustive]
     Disconnected {
         /// The peer.
         peer: PeerId,
@@ -144,6 +179,10 @@ pub enum Event {
 }
 
 /// Why a connection ended.
+///
+/// Match with `..` in `Remote` and `Rejected` and keep a `_` arm; to compare with a
+/// reason, [`DisconnectReason::remote`] and [`DisconnectReason::rejected`] build those
+/// two, and [`DisconnectReason::code`] reads their code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DisconnectReason {
@@ -158,12 +197,14 @@ pub enum DisconnectReason {
     /// The remote side disconnected, with the code its application gave
     /// ([`Host::disconnect_with`](crate::Host::disconnect_with); 0 from
     /// [`Host::disconnect`](crate::Host::disconnect)).
+    #[non_exhaustive]
     Remote {
         /// The remote application's code.
         code: u32,
     },
     /// The remote host's application rejected the connection request
     /// ([`Host::reject`](crate::Host::reject)), with its code.
+    #[non_exhaustive]
     Rejected {
         /// The remote application's code.
         code: u32,
@@ -190,6 +231,7 @@ pub enum DisconnectReason {
 #[non_exhaustive]
 pub enum Mismatch {
     /// Application versions differ.
+    #[non_exhaustive]
     AppVersion {
         /// This side's.
         local: u32,
@@ -197,6 +239,7 @@ pub enum Mismatch {
         remote: u32,
     },
     /// Channel counts differ.
+    #[non_exhaustive]
     ChannelCount {
         /// This side's.
         local: usize,
@@ -204,6 +247,7 @@ pub enum Mismatch {
         remote: usize,
     },
     /// The remote side's datagram size is below this side's minimum.
+    #[non_exhaustive]
     Mtu {
         /// This side's minimum.
         local_min: usize,
@@ -213,6 +257,7 @@ pub enum Mismatch {
     /// One side's channel delivers unordered and the other's does not
     /// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)); the lowest such
     /// channel.
+    #[non_exhaustive]
     Unordered {
         /// The channel.
         channel: usize,
@@ -221,6 +266,42 @@ pub enum Mismatch {
         /// Whether it is unordered on the remote side.
         remote: bool,
     },
+}
+
+impl DisconnectReason {
+    /// [`DisconnectReason::Remote`] with `code`: to compare with a reason the library
+    /// reported (the variant is `#[non_exhaustive]`, so it cannot be written out).
+    ///
+    /// ```
+    /// # use porous_proto::DisconnectReason;
+    /// # let reason = DisconnectReason::remote(7);
+    /// assert_eq!(reason, DisconnectReason::remote(7));
+    /// ```
+    pub const fn remote(code: u32) -> Self {
+        Self::Remote { code }
+    }
+
+    /// [`DisconnectReason::Rejected`] with `code`, to compare with a reported reason.
+    pub const fn rejected(code: u32) -> Self {
+        Self::Rejected { code }
+    }
+
+    /// The remote application's code: `Some` for [`DisconnectReason::Remote`] and
+    /// [`DisconnectReason::Rejected`], `None` for every other reason.
+    ///
+    /// ```
+    /// # use porous_proto::DisconnectReason;
+    /// fn kicked(reason: DisconnectReason) -> bool {
+    ///     matches!(reason, DisconnectReason::Remote { .. }) && reason.code() == Some(7)
+    /// }
+    /// assert!(!kicked(DisconnectReason::Timeout));
+    /// ```
+    pub fn code(&self) -> Option<u32> {
+        match *self {
+            Self::Remote { code } | Self::Rejected { code } => Some(code),
+            _ => None,
+        }
+    }
 }
 
 impl core::fmt::Display for DisconnectReason {
@@ -268,6 +349,7 @@ pub enum SendError {
     /// The peer is not connected (still connecting, or disconnecting).
     NotConnected,
     /// The channel does not exist.
+    #[non_exhaustive]
     NoSuchChannel {
         /// The channel asked for.
         channel: usize,
@@ -275,6 +357,7 @@ pub enum SendError {
         channels: usize,
     },
     /// The packet is larger than the connection allows.
+    #[non_exhaustive]
     TooLarge {
         /// The packet's size.
         size: usize,
@@ -283,6 +366,7 @@ pub enum SendError {
     },
     /// The channel's send queue is full of reliable or passive data; wait for it to drain
     /// (acknowledgements arrive in later steps) and retry.
+    #[non_exhaustive]
     QueueFull {
         /// The channel.
         channel: usize,
@@ -290,6 +374,7 @@ pub enum SendError {
     /// The channel does not carry packets of this mode: an unordered channel
     /// ([`ChannelConfig::unordered`](crate::ChannelConfig::unordered)) carries reliable
     /// packets only.
+    #[non_exhaustive]
     ModeNotAllowed {
         /// The channel.
         channel: usize,
@@ -330,6 +415,7 @@ pub enum ConnectError {
     /// The address is unspecified or has port 0.
     InvalidAddress,
     /// The connect data is longer than a request can carry.
+    #[non_exhaustive]
     DataTooLarge {
         /// Its length.
         size: usize,
@@ -348,6 +434,7 @@ pub enum ConnectError {
     /// The connect token does not name this address among its servers.
     NotInToken,
     /// The connection request with this token would not fit this host's `mtu`.
+    #[non_exhaustive]
     TokenTooLarge {
         /// The request's size.
         size: usize,

@@ -92,7 +92,7 @@ pub struct CongestionStats {
     pub pacing_rate: u64,
 }
 
-/// The five states of a peer (spec §2.2).
+/// The five states of a peer (spec §2.2): the spec's set, so the enum is exhaustive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PeerState {
     /// The handshake is under way.

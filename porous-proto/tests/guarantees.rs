@@ -174,7 +174,7 @@ impl Arbitrary for Conditions {
         c.jitter = MS * u32::from(u8::arbitrary(g) % 30);
         c.loss = pct(g, 30);
         if bool::arbitrary(g) {
-            c.burst = Some(BurstLoss { enter: pct(g, 5), leave: 0.1 + pct(g, 40), loss_in_bad: 0.3 + pct(g, 60) });
+            c.burst = Some(BurstLoss::new(pct(g, 5), 0.1 + pct(g, 40), 0.3 + pct(g, 60)));
         }
         c.duplicate = pct(g, 10);
         c.reorder = pct(g, 15);
@@ -257,7 +257,7 @@ fn sized(wrap: bool, mtu: u16) -> HostConfig {
     c.peer.connect_timeout = Duration::from_secs(30);
     if wrap {
         // Frame ids and packet ids start a little below their wrap.
-        c.sequence_start = SequenceStart::Fixed { frame: u32::MAX - 200, packet: 0xFF_FF00 };
+        c.sequence_start = SequenceStart::fixed(u32::MAX - 200, 0xFF_FF00);
     }
     c
 }
@@ -949,7 +949,7 @@ fn a_handshake_starved_by_a_burst_completes_once_the_links_heal() {
     ab.corrupt = 0.03;
     let mut ba = LinkConditions::perfect(54 * MS);
     ba.jitter = 4 * MS;
-    ba.burst = Some(BurstLoss { enter: 0.04, leave: 0.12, loss_in_bad: 0.79 });
+    ba.burst = Some(BurstLoss::new(0.04, 0.12, 0.79));
     ba.reorder = 0.11;
     ba.reorder_delay = 89 * MS;
     ba.late_delay = Duration::from_millis(1451);

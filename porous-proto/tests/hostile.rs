@@ -357,7 +357,7 @@ fn a_blind_attacker_can_neither_inject_data_nor_disconnect() {
     host.handle_datagram(t0, client, &encode(&Control::Disconnect { code: 0 }, hostile.keys().0));
     assert!(matches!(
         host.poll_event(),
-        Some(Event::Disconnected { reason: DisconnectReason::Remote { code: 0 }, .. })
+        Some(Event::Disconnected { reason: DisconnectReason::Remote { code: 0, .. }, .. })
     ));
 }
 
@@ -459,7 +459,7 @@ fn a_peer_that_never_acknowledges_fills_queues_only_to_their_caps() {
         let now = t0 + round * MS;
         match host.send(peer, 0, Bytes::from(vec![3u8; 1000]), SendMode::Reliable) {
             Ok(()) => {}
-            Err(porous_proto::SendError::QueueFull { channel: 0 }) => full += 1,
+            Err(porous_proto::SendError::QueueFull { channel: 0, .. }) => full += 1,
             Err(e) => panic!("{e}"),
         }
         host.step(now);

@@ -229,7 +229,7 @@ fn a_client_with_a_token_connects_and_its_traffic_is_sealed() {
     assert!(
         net.server_events
             .iter()
-            .any(|e| matches!(e, Event::Disconnected { reason: DisconnectReason::Remote { code: 7 }, .. }))
+            .any(|e| matches!(e, Event::Disconnected { reason: DisconnectReason::Remote { code: 7, .. }, .. }))
     );
     assert!(net.client_events.iter().any(|e| matches!(e, Event::Disconnected { reason: DisconnectReason::Local, .. })));
     assert_eq!(net.server.stats().malformed, 0);

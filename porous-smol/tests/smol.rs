@@ -26,7 +26,7 @@ fn drivers_run_on_an_executor_of_the_application() {
             assert_eq!(to_server.recv().await.unwrap(), Packet::new(3, SendMode::Unreliable, &b"own executor"[..]));
             let (reason, end) = smol::future::zip(to_client.disconnect(), to_server.recv()).await;
             assert_eq!(reason, DisconnectReason::Local);
-            assert_eq!(end.unwrap_err().0, DisconnectReason::Remote { code: 0 });
+            assert_eq!(end.unwrap_err().0, DisconnectReason::remote(0));
         })
         .await;
     }));

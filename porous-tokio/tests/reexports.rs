@@ -13,7 +13,7 @@ fn an_application_configures_and_names_everything_through_the_adapter() {
     let mut config = HostConfig::default();
     config.peer.channels =
         vec![ChannelConfig::with_priority(Priority::High), ChannelConfig::with_priority(Priority::Low)];
-    config.sequence_start = SequenceStart::Fixed { frame: u32::MAX - 10, packet: 5 };
+    config.sequence_start = SequenceStart::fixed(u32::MAX - 10, 5);
     assert_eq!(config.validate(), Ok(()));
     let mut peer: PeerConfig = config.peer;
     peer.mtu = 10;

@@ -33,7 +33,7 @@ fn handles_work_from_other_threads_and_executors() {
             assert_eq!(packet, Packet::new(1, SendMode::Passive, &b"from another executor"[..]));
             let (reason, end) = future::zip(to_server.disconnect(), to_client.recv()).await;
             assert_eq!(reason, DisconnectReason::Local);
-            assert_eq!(end.unwrap_err().0, DisconnectReason::Remote { code: 0 });
+            assert_eq!(end.unwrap_err().0, DisconnectReason::remote(0));
         });
     });
     other_thread.join().unwrap();

@@ -34,7 +34,7 @@ fn run(batching: Batching, ticks: usize, peers: &[UdpSocket]) -> (f64, u64) {
     let cpu0 = thread_cpu();
     for _ in 0..ticks {
         for &remote in &addrs {
-            io.push(Transmit { remote, payload: payload.clone() });
+            io.push(Transmit::new(remote, payload.clone()));
         }
         // The receivers do not read: what overflows their buffers is dropped by the kernel,
         // which does not concern the sender.

@@ -65,10 +65,7 @@ mod tests {
     fn queue(items: &[(u16, usize)]) -> VecDeque<Transmit> {
         items
             .iter()
-            .map(|&(port, len)| Transmit {
-                remote: SocketAddr::from(([127, 0, 0, 1], port)),
-                payload: Bytes::from(vec![0; len]),
-            })
+            .map(|&(port, len)| Transmit::new(SocketAddr::from(([127, 0, 0, 1], port)), Bytes::from(vec![0; len])))
             .collect()
     }
 

@@ -25,7 +25,7 @@ fn datagram(to: u8, index: u32, len: usize) -> Bytes {
 }
 
 fn push(io: &mut UdpIo, remote: SocketAddr, payload: Bytes) {
-    io.push(Transmit { remote, payload });
+    io.push(Transmit::new(remote, payload));
 }
 
 /// Sends everything queued, waiting out `WouldBlock`.

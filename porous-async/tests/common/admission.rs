@@ -55,7 +55,7 @@ pub(crate) async fn connect_data_admission_and_disconnect_codes() {
     let to_server = alice.connect_with(addr, b"v1 ticket:alice".to_vec()).await.expect("alice connects");
     let to_alice = deciding.await;
     match refused.await {
-        Err(Error::Failed(reason)) => assert_eq!(reason, DisconnectReason::Rejected { code: 403 }),
+        Err(Error::Failed(reason)) => assert_eq!(reason, DisconnectReason::rejected(403)),
         other => panic!("mallory was not rejected: {other:?}"),
     }
     assert_eq!(&to_alice.connect_data()[..], b"v1 ticket:alice");
@@ -66,7 +66,7 @@ pub(crate) async fn connect_data_admission_and_disconnect_codes() {
     to_alice.send(0, &b"bye"[..], SendMode::Reliable).unwrap();
     assert_eq!(to_alice.disconnect_with(7).await, DisconnectReason::Local);
     assert_eq!(to_server.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "bye"));
-    assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 7 })));
+    assert_eq!(to_server.recv().await, Err(Disconnected(DisconnectReason::remote(7))));
 
     // The other way (a new client: the old connection lingers on both sides for a while):
     // bob quits with a code.
@@ -82,7 +82,7 @@ pub(crate) async fn connect_data_admission_and_disconnect_codes() {
     let to_bob = deciding.await;
     assert_eq!(&to_bob.connect_data()[..], b"v1 bob");
     assert_eq!(to_server.disconnect_with(42).await, DisconnectReason::Local);
-    assert_eq!(to_bob.recv().await, Err(Disconnected(DisconnectReason::Remote { code: 42 })));
+    assert_eq!(to_bob.recv().await, Err(Disconnected(DisconnectReason::remote(42))));
 
     // A request the server drops undecided is rejected with code 0.
     let carol = bind(&HostConfig::default()).await;
@@ -93,7 +93,7 @@ pub(crate) async fn connect_data_admission_and_disconnect_codes() {
     });
     let refused = carol.connect(addr).await;
     dropping.await;
-    assert!(matches!(refused, Err(Error::Failed(DisconnectReason::Rejected { code: 0 }))), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Failed(DisconnectReason::Rejected { code: 0, .. }))), "{refused:?}");
 }
 
 /// The calls' errors: connect data too large for a request, and `incoming` on a host that
@@ -104,7 +104,7 @@ pub(crate) async fn admission_errors_are_reported() {
     let max = HostConfig::default().peer.max_connect_data();
     let too_large = client.connect_with(server.local_addr(), vec![0; max + 1]).await;
     assert!(
-        matches!(too_large, Err(Error::Connect(ConnectError::DataTooLarge { size, max: m })) if size == max + 1 && m == max),
+        matches!(too_large, Err(Error::Connect(ConnectError::DataTooLarge { size, max: m, .. })) if size == max + 1 && m == max),
         "{too_large:?}"
     );
     // The automatic path hands the connect data over too.
@@ -168,7 +168,7 @@ pub(crate) async fn a_secure_server_decides_on_token_holders() {
     let to_server = ada.connect_with_token(addr, &token_for(7, b"name=ada")).await.expect("ada connects");
     let to_ada = deciding.await;
     match refused.await {
-        Err(Error::Failed(reason)) => assert_eq!(reason, DisconnectReason::Rejected { code: 403 }),
+        Err(Error::Failed(reason)) => assert_eq!(reason, DisconnectReason::rejected(403)),
         other => panic!("eve was not rejected: {other:?}"),
     }
     assert_eq!((to_ada.client_id(), &to_ada.connect_data()[..]), (Some(7), &b"name=ada"[..]));

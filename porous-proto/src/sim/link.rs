@@ -9,6 +9,7 @@ use rand_core::Rng;
 /// Two-state (Gilbert-Elliott) burst loss: the link moves between a good and a bad state
 /// before each datagram; in the bad state it loses `loss_in_bad` of them.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct BurstLoss {
     /// Chance per datagram of moving from the good to the bad state.
     pub enter: f64,
@@ -16,6 +17,14 @@ pub struct BurstLoss {
     pub leave: f64,
     /// Loss probability in the bad state.
     pub loss_in_bad: f64,
+}
+
+impl BurstLoss {
+    /// Bursts entered with chance `enter` and left with chance `leave` per datagram,
+    /// losing `loss_in_bad` of the datagrams inside one.
+    pub const fn new(enter: f64, leave: f64, loss_in_bad: f64) -> Self {
+        Self { enter, leave, loss_in_bad }
+    }
 }
 
 /// What one direction of a link does to the datagrams crossing it.

@@ -10,6 +10,7 @@ use super::Fate;
 
 /// One datagram offered to a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct TraceRecord {
     /// When it was sent, from the simulation's start.
     pub sent: Duration,
@@ -44,6 +45,7 @@ impl core::fmt::Display for TraceRecord {
 /// ([`Network::enable_tap`](super::Network::enable_tap)). The same records as the trace,
 /// in the same order, each with the bytes as the sender emitted them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct TapRecord {
     /// When it was sent, from the simulation's start.
     pub sent: Duration,

@@ -165,6 +165,7 @@ impl core::fmt::Display for Field {
 #[non_exhaustive]
 pub enum DecodeError {
     /// Shorter than a type byte and a check.
+    #[non_exhaustive]
     TooShort {
         /// The datagram's length.
         len: usize,
@@ -190,6 +191,7 @@ pub enum DecodeError {
     /// Bytes after the last field.
     TrailingBytes,
     /// A connection request shorter than [`REQUEST_SIZE`].
+    #[non_exhaustive]
     Unpadded {
         /// The datagram's length.
         len: usize,
