@@ -4,7 +4,9 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::SocketAddr;
+use std::time::SystemTime;
 
+use porous_pcap::{Direction, Recorder};
 use porous_proto::Transmit;
 use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
 
@@ -12,6 +14,25 @@ use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
 use crate::Faults;
 use crate::plan::{lone_datagrams, run_length};
 use crate::{AsSocketRef, BATCH_SIZE, Batching, SocketRef, SocketStats};
+
+/// The socket's own address, for a capture.
+fn local_addr(socket: SocketRef<'_>) -> io::Result<SocketAddr> {
+    socket2::SockRef::from(&socket)
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not an IP socket"))
+}
+
+/// The address a capture shows for this socket talking to `peer`: its own, or for a
+/// socket bound to a wildcard address, the wildcard of `peer`'s family (a dual-stack
+/// socket talks to IPv4 peers too).
+fn captured(local: SocketAddr, peer: SocketAddr) -> SocketAddr {
+    if local.ip().is_unspecified() {
+        SocketAddr::new(porous_pcap::unspecified_like(peer).ip(), local.port())
+    } else {
+        local
+    }
+}
 
 /// Bytes per receive buffer: the largest UDP payload, which is also the most a GRO buffer
 /// holds (the kernel coalesces at most 64 KB).
@@ -56,6 +77,9 @@ pub struct UdpIo {
     probing: Option<Offload>,
     gso_buf: Vec<u8>,
     stats: SocketStats,
+    /// Where every datagram sent and received is recorded, if anywhere, and the socket's
+    /// own address for the captured packets.
+    capture: Option<(Recorder, SocketAddr)>,
     #[cfg(feature = "fault-injection")]
     faults: Faults,
 }
@@ -68,6 +92,7 @@ impl fmt::Debug for UdpIo {
             .field("gro_segments", &self.gro_segments())
             .field("pending", &self.queue.len())
             .field("stats", &self.stats)
+            .field("capture", &self.capture.as_ref().map(|(r, _)| r.path()))
             .finish_non_exhaustive()
     }
 }
@@ -75,9 +100,17 @@ impl fmt::Debug for UdpIo {
 impl UdpIo {
     /// Prepares `socket` for batched IO: makes it non-blocking and switches on what the
     /// kernel offers (GRO, packet information, the don't-fragment behaviour described in
-    /// the [crate docs](crate#socket-options)).
+    /// the [crate docs](crate#socket-options)). When the environment asks for a capture
+    /// (`POROUS_CAPTURE`, see [the crate docs](crate#captures)), every datagram the
+    /// socket sends and receives is recorded; a capture file that cannot be created is
+    /// this call's error.
     pub fn new(socket: &impl AsSocketRef, batching: Batching) -> io::Result<Self> {
-        let state = UdpSocketState::new(UdpSockRef::from(&socket.as_socket_ref()))?;
+        let borrowed = socket.as_socket_ref();
+        let state = UdpSocketState::new(UdpSockRef::from(&borrowed))?;
+        let capture = match Recorder::from_env()? {
+            Some(recorder) => Some((recorder, local_addr(borrowed)?)),
+            None => None,
+        };
         Ok(Self {
             state,
             batching,
@@ -91,9 +124,27 @@ impl UdpIo {
             probing: None,
             gso_buf: Vec::new(),
             stats: SocketStats::default(),
+            capture,
             #[cfg(feature = "fault-injection")]
             faults: Faults::NONE,
         })
+    }
+
+    /// Records every datagram this socket sends and receives from now on into `recorder`
+    /// (`socket` is the socket this `UdpIo` serves: its address goes in the capture), or
+    /// stops recording with `None`. A [`Recorder`] writes off this thread and never
+    /// blocks it; see [the crate docs](crate#captures).
+    pub fn set_capture(&mut self, socket: SocketRef<'_>, recorder: Option<Recorder>) -> io::Result<()> {
+        self.capture = match recorder {
+            Some(r) => Some((r, local_addr(socket)?)),
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// The capture this socket records into, if any.
+    pub fn capture(&self) -> Option<&Recorder> {
+        self.capture.as_ref().map(|(r, _)| r)
     }
 
     /// The batching in use.
@@ -159,6 +210,14 @@ impl UdpIo {
         match self.state.recv(UdpSockRef::from(&socket), bufs, metas) {
             Ok(n) => {
                 self.filled = n;
+                if let Some((recorder, local)) = &self.capture {
+                    let now = SystemTime::now();
+                    for (meta, datagram) in self.datagrams() {
+                        // The address the datagram was sent to, where the kernel says.
+                        let to = meta.dst_ip.map_or(*local, |ip| SocketAddr::new(ip, local.port()));
+                        recorder.record_at(now, Direction::Inbound, meta.addr, captured(to, meta.addr), datagram);
+                    }
+                }
                 let datagrams = self.received().count();
                 self.stats.recv_calls += 1;
                 self.stats.received += datagrams as u64;
@@ -176,12 +235,17 @@ impl UdpIo {
     /// The datagrams the last [`UdpIo::recv`] brought, with their senders, in the order
     /// they arrived.
     pub fn received(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
+        self.datagrams().map(|(meta, datagram)| (meta.addr, datagram))
+    }
+
+    /// [`UdpIo::received`], each datagram with what the kernel said of its buffer.
+    fn datagrams(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
         let metas = self.metas.get(..self.filled).unwrap_or_default();
         metas.iter().zip(self.recv_buf.chunks(SLOT)).flat_map(|(meta, slot)| {
             let data = slot.get(..meta.len).unwrap_or(slot);
             // `stride` is the size of each datagram in a GRO buffer, the last one maybe shorter.
             let stride = if meta.stride == 0 { meta.len } else { meta.stride }.max(1);
-            data.chunks(stride).map(move |datagram| (meta.addr, datagram))
+            data.chunks(stride).map(move |datagram| (meta, datagram))
         })
     }
 
@@ -220,6 +284,18 @@ impl UdpIo {
                             Offload::Mmsg => self.mmsg_refused = true,
                         }
                         self.singles = 0;
+                    }
+                    if let Some((recorder, local)) = &self.capture {
+                        let now = SystemTime::now();
+                        for t in self.queue.iter().take(sent) {
+                            recorder.record_at(
+                                now,
+                                Direction::Outbound,
+                                captured(*local, t.remote),
+                                t.remote,
+                                &t.payload,
+                            );
+                        }
                     }
                     self.queue.drain(..sent);
                     self.stats.sent += sent as u64;

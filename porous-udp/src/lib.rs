@@ -42,6 +42,25 @@
 //! than fragmented by IP. POROUS fragments packets itself, and its default datagram size
 //! (1,200 bytes) fits any internet path; a larger configured `mtu` must fit the paths it
 //! is used on. Loopback carries 64 KB.
+//!
+//! # Captures
+//!
+//! A [`UdpIo`] records every datagram its socket sends and receives into a pcapng
+//! capture (`porous_pcap::Recorder`: a thread of its own writes the file, bounded in
+//! size; the socket's path only copies each datagram into a batch and never waits on the
+//! disk) when the environment names a file:
+//!
+//! ```text
+//! POROUS_CAPTURE=run.pcapng cargo run --release -p porous-mio --example loopback
+//! wireshark -X lua_script:tools/wireshark/porous.lua run.pcapng
+//! ```
+//!
+//! `POROUS_CAPTURE_LIMIT` sets the file's limit in bytes (256 MiB unless set); past it,
+//! and whenever the disk falls behind, datagrams are left out and counted
+//! (`Recorder::stats`). All the sockets of a process share one file, each datagram as
+//! its socket saw it (direction in the packet's flags); the file is complete when the
+//! last socket is dropped. [`UdpIo::set_capture`] does the same from code, for any
+//! recorder.
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
@@ -57,6 +76,7 @@ pub use backoff::RecvBackoff;
 #[cfg(feature = "fault-injection")]
 pub use faults::Faults;
 pub use io::UdpIo;
+pub use porous_pcap::Recorder;
 pub use porous_proto::Transmit;
 
 /// Receive buffers [`UdpIo`] fills per system call (quinn-udp's batch size: 32 where

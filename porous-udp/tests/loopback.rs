@@ -331,3 +331,72 @@ fn a_refused_sendmmsg_falls_back_to_single_datagrams_for_good() {
     assert_eq!((s.sent, s.send_calls, s.send_errors, s.send_fallbacks), (40, 40, 0, 1), "{s:?}");
     assert_eq!(tx_io.max_messages(), 1);
 }
+
+/// Walks a pcapng file's blocks (little-endian, as `porous-pcap` writes it) and returns
+/// the enhanced packet blocks' packets and flags: (IP packet, direction bits).
+fn packets(file: &[u8]) -> Vec<(Vec<u8>, u32)> {
+    let u32_at = |at: usize| u32::from_le_bytes(file[at..at + 4].try_into().unwrap());
+    let mut at = 0;
+    let mut out = Vec::new();
+    while at < file.len() {
+        let (kind, len) = (u32_at(at), u32_at(at + 4) as usize);
+        assert_eq!(u32_at(at + len - 4) as usize, len, "a whole block at {at}");
+        if kind == 6 {
+            let caplen = u32_at(at + 20) as usize;
+            let packet = file[at + 28..at + 28 + caplen].to_vec();
+            // Options after the padded packet: the flags (code 2) say the direction.
+            let mut opt = at + 28 + caplen.next_multiple_of(4);
+            let mut flags = 0;
+            while opt < at + len - 4 {
+                let code = u16::from_le_bytes([file[opt], file[opt + 1]]);
+                let olen = u16::from_le_bytes([file[opt + 2], file[opt + 3]]) as usize;
+                if code == 2 {
+                    flags = u32_at(opt + 4);
+                }
+                if code == 0 {
+                    break;
+                }
+                opt += 4 + olen.next_multiple_of(4);
+            }
+            out.push((packet, flags));
+        }
+        at += len;
+    }
+    out
+}
+
+#[test]
+fn a_capture_records_what_each_socket_sent_and_received() {
+    let (a, mut io_a) = open(Batching::default());
+    let (b, mut io_b) = open(Batching::default());
+    let path = std::env::temp_dir().join(format!("porous-udp-capture-{}.pcapng", std::process::id()));
+    let recorder = porous_pcap::Recorder::create(&path, 1 << 20).unwrap();
+    io_a.set_capture(a.as_socket_ref(), Some(recorder.clone())).unwrap();
+    io_b.set_capture(b.as_socket_ref(), Some(recorder.clone())).unwrap();
+    assert_eq!(io_a.capture().map(porous_pcap::Recorder::path), Some(path.as_path()));
+    let (addr_a, addr_b) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    for i in 0..10 {
+        push(&mut io_a, addr_b, datagram(1, i, 100));
+    }
+    send_all(&a, &mut io_a);
+    let got = receive(&b, &mut io_b, 10);
+    assert_eq!(got.len(), 10);
+    io_a.set_capture(a.as_socket_ref(), None).unwrap();
+    drop((io_a, io_b, recorder));
+    let file = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let packets = packets(&file);
+    assert_eq!(packets.len(), 20, "each datagram as sent and as received");
+    let port = |p: &[u8], at: usize| u16::from_be_bytes([p[at], p[at + 1]]);
+    let sent: Vec<_> = packets.iter().filter(|(_, flags)| flags & 3 == 2).collect();
+    let received: Vec<_> = packets.iter().filter(|(_, flags)| flags & 3 == 1).collect();
+    assert_eq!((sent.len(), received.len()), (10, 10));
+    for (i, (p, _)) in sent.iter().enumerate() {
+        assert_eq!((p[0], &p[12..16], &p[16..20]), (0x45, &[127, 0, 0, 1][..], &[127, 0, 0, 1][..]));
+        assert_eq!((port(p, 20), port(p, 22)), (addr_a.port(), addr_b.port()));
+        assert_eq!(&p[28..], &datagram(1, i as u32, 100)[..]);
+    }
+    for (p, _) in received {
+        assert_eq!((port(p, 20), port(p, 22)), (addr_a.port(), addr_b.port()));
+    }
+}
