@@ -219,7 +219,9 @@ pub enum DisconnectReason {
     /// The remote host does not accept connections.
     NotAccepting,
     /// The remote host still holds an older connection from this address; it will time
-    /// out there, after which connecting again succeeds.
+    /// out there, after which connecting again succeeds. On the listening side: a request
+    /// the application was asked about gave way to a newer attempt from the same address,
+    /// one that proved it receives there (reported as a request of its own).
     Stale,
     /// The remote side acknowledged data it cannot have received (trying to keep this
     /// side's congestion window open); this side ended the connection.

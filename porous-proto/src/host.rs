@@ -36,11 +36,11 @@ use siphasher::sip::SipHasher13;
 use crate::arena::Arena;
 use crate::config::{ConfigError, HostConfig, SequenceStart};
 use crate::event::{AdmissionError, ConnectError, Event, PeerId, SendError, SendMode, Transmit};
-use crate::listener::{Admitted, Listener, Refused, Verdict};
+use crate::listener::{Listener, Refused, Verdict};
 use crate::peer::{self, Outputs, Peer, SecureState, Settings};
 use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
 use crate::time::Time;
-use crate::token::ConnectToken;
+use crate::token::{ConnectToken, VerifiedToken};
 use crate::wire::{self, Control, DecodeError, Key, KeyClass};
 
 /// The hasher of the address table: SipHash-1-3 under a key of the host's own, so which
@@ -640,12 +640,16 @@ impl Host {
         if self.config.secure.is_some() {
             return self.handle_sealed((now, t), from, ty, datagram);
         }
+        if wire::key_class(ty) == KeyClass::Version {
+            let (req, data) = match Control::decode(datagram, Key::version()) {
+                Ok(Control::Request { request, data }) => (request, data),
+                Ok(_) => return self.malformed(DecodeError::UnknownType(ty)),
+                Err(e) => return self.malformed(e),
+            };
+            return self.handle_request((now, t), from, req, data, None);
+        }
         let Some(&index) = self.by_addr.get(&from) else {
-            if wire::key_class(ty) == KeyClass::Version {
-                self.handle_request((now, t), from, datagram);
-            } else {
-                self.stats.unknown_source += 1;
-            }
+            self.stats.unknown_source += 1;
             return;
         };
         let result = if ty & 0x80 == 0 {
@@ -669,7 +673,6 @@ impl Host {
     /// peer of its address, which opens it with its keys through its replay window.
     /// `now` as the caller gave it (for the listener) and as the peers count it.
     fn handle_sealed(&mut self, (now, t): (Instant, Time), from: SocketAddr, ty: u8, datagram: &[u8]) {
-        let known = self.by_addr.get(&from).copied();
         if ty == wire::secure::REQUEST_TYPE {
             let admitted = match self.listener.open_sealed(now, from, datagram) {
                 Some(Ok(a)) => a,
@@ -681,18 +684,10 @@ impl Host {
                     return;
                 }
             };
-            match known {
-                Some(index) => {
-                    self.drive(index, |peer, out| {
-                        peer.handle_sealed_request(t, admitted.request, &admitted.token, out);
-                    });
-                    self.mark_dirty(index);
-                }
-                None => self.admit_sealed((now, t), from, &admitted),
-            }
-            return;
+            let data = admitted.token.user_data.clone();
+            return self.handle_request((now, t), from, admitted.request, &data, Some(&admitted.token));
         }
-        let Some(index) = known else {
+        let Some(&index) = self.by_addr.get(&from) else {
             self.stats.unknown_source += 1;
             return;
         };
@@ -712,36 +707,6 @@ impl Host {
         self.mark_dirty(index);
     }
 
-    /// Secure mode: a verified request from an address with no peer. The listener judges
-    /// it as any request; its replies are sealed for the requester, and a peer it makes
-    /// holds the token's keys, client id and user data.
-    fn admit_sealed(&mut self, (now, t): (Instant, Time), from: SocketAddr, admitted: &Admitted) {
-        let req = admitted.request;
-        let reply_key = admitted.token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
-        let reply = |host: &mut Self, c: &Control<'_>| {
-            let salt = host.rng.next_u64();
-            host.out.encode(from, |buf| wire::secure::encode_reply(buf, c, &reply_key, salt));
-        };
-        match self.listener.judge(now, from, &req, self.by_addr.len(), &self.config.peer) {
-            Verdict::Challenge(cookie) => reply(self, &Control::Challenge(cookie)),
-            Verdict::Refuse(reason) => reply(self, &Control::Refuse(reason)),
-            Verdict::Defer => {}
-            Verdict::Accept(params) => {
-                self.listener.record_token(admitted, from);
-                let (nonce, frame, packet) = self.next_ids();
-                let seed = self.rng.next_u64();
-                let secure = Some(SecureState::server(&admitted.token, self.rng.next_u64()));
-                let local = peer::request(&self.config.peer, nonce, frame, packet, None);
-                let at = (self.next_id(), from);
-                let settings = Arc::clone(&self.settings);
-                let remote = (req, params, admitted.token.user_data.clone());
-                let manual = self.config.manual_accept;
-                let peer = Peer::incoming(t, at, settings, (local, seed), remote, manual, secure, &mut self.out);
-                self.insert(peer);
-            }
-        }
-    }
-
     fn malformed(&mut self, e: DecodeError) {
         self.stats.malformed += 1;
         if e == DecodeError::BadChecksum {
@@ -749,29 +714,71 @@ impl Host {
         }
     }
 
-    /// A connection request from an address with no peer: the listener decides.
-    fn handle_request(&mut self, (now, t): (Instant, Time), from: SocketAddr, datagram: &[u8]) {
-        let (req, data) = match Control::decode(datagram, Key::version()) {
-            Ok(Control::Request { request, data }) => (request, data),
-            Ok(_) => return self.malformed(DecodeError::UnknownType(wire::peek_type(datagram).unwrap_or(0))),
-            Err(e) => return self.malformed(e),
-        };
-        // Nothing is allocated for a request the host does not take, and every answer is
-        // no larger than the padded request.
+    /// A connection request from `from`, verified as far as its mode allows: in plain mode
+    /// its check, in secure mode its token and seal (`token`, whose user data is `data`).
+    ///
+    /// From an address with a peer, it is that peer's, unless the peer is an incoming
+    /// handshake of another attempt: a request alone does not replace it (anyone can put an
+    /// address on a datagram, and in secure mode anyone can get a token), one that proves
+    /// it receives at the address does (the listener's cookie). Otherwise the listener
+    /// decides. Nothing is allocated for a request the host does not take, and every answer
+    /// is no larger than the request.
+    fn handle_request(
+        &mut self,
+        (now, t): (Instant, Time),
+        from: SocketAddr,
+        req: wire::ConnectRequest,
+        data: &[u8],
+        token: Option<&VerifiedToken>,
+    ) {
+        if let Some(&index) = self.by_addr.get(&from) {
+            let held = self
+                .slots
+                .get(index as usize)
+                .and_then(|s| s.peer.as_ref())
+                .is_some_and(|p| p.is_held_against(&req, token));
+            if !held {
+                self.drive(index, |peer, out| peer.handle_request(t, req, data, token, out));
+                self.mark_dirty(index);
+                return;
+            }
+            if let Err(cookie) = self.listener.prove(now, from, &req) {
+                return self.reply(from, &req, token, &Control::Challenge(cookie));
+            }
+            self.drive(index, |peer, out| peer.supersede(t, out));
+            self.remove(index);
+        }
         match self.listener.judge(now, from, &req, self.by_addr.len(), &self.config.peer) {
-            Verdict::Challenge(cookie) => self.out.control(from, &Control::Challenge(cookie), Key::reply(req.nonce)),
-            Verdict::Refuse(reason) => self.out.control(from, &Control::Refuse(reason), Key::reply(req.nonce)),
+            Verdict::Challenge(cookie) => self.reply(from, &req, token, &Control::Challenge(cookie)),
+            Verdict::Refuse(reason) => self.reply(from, &req, token, &Control::Refuse(reason)),
             Verdict::Defer => {}
             Verdict::Accept(params) => {
+                if let Some(token) = token {
+                    self.listener.record_token(token, from);
+                }
                 let (nonce, frame, packet) = self.next_ids();
                 let seed = self.rng.next_u64();
+                let secure = token.map(|token| SecureState::server(token, self.rng.next_u64()));
                 let local = peer::request(&self.config.peer, nonce, frame, packet, None);
                 let at = (self.next_id(), from);
                 let settings = Arc::clone(&self.settings);
                 let remote = (req, params, Bytes::copy_from_slice(data));
                 let manual = self.config.manual_accept;
-                let peer = Peer::incoming(t, at, settings, (local, seed), remote, manual, None, &mut self.out);
+                let peer = Peer::incoming(t, at, settings, (local, seed), remote, manual, secure, &mut self.out);
                 self.insert(peer);
+            }
+        }
+    }
+
+    /// Answers `req` from `to` before any peer does: keyed with its nonce in plain mode,
+    /// sealed with its token's reply key in secure mode.
+    fn reply(&mut self, to: SocketAddr, req: &wire::ConnectRequest, token: Option<&VerifiedToken>, c: &Control<'_>) {
+        match token {
+            None => self.out.control(to, c, Key::reply(req.nonce)),
+            Some(token) => {
+                let key = token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
+                let salt = self.rng.next_u64();
+                self.out.encode(to, |buf| wire::secure::encode_reply(buf, c, &key, salt));
             }
         }
     }

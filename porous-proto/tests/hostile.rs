@@ -776,9 +776,16 @@ fn a_request_awaiting_the_application_holds_no_more_than_a_pending_handshake_and
     assert!(per_request < PENDING_HANDSHAKE_MAX + data.len(), "{per_request} bytes per awaiting request");
     assert!(drain(&mut host).is_empty());
     // The same requester, spoofed with another nonce and other data, changes nothing:
-    // the request the application sees is the one it decides.
-    host.handle_datagram(t0, addr(7, 0, 4000), &request_with(9999, b"mallory"));
-    assert!(asked(&mut host).is_empty() && drain(&mut host).is_empty());
+    // the request the application sees is the one it decides. It is challenged (the
+    // challenge no larger than it, keyed to its nonce), and only a requester that hears
+    // the challenge at that address could replace the request under decision.
+    let spoofed = request_with(9999, b"mallory");
+    host.handle_datagram(t0, addr(7, 0, 4000), &spoofed);
+    assert!(asked(&mut host).is_empty());
+    let challenge = drain(&mut host);
+    assert_eq!(challenge.len(), 1);
+    assert!(challenge[0].payload.len() <= spoofed.len());
+    assert!(matches!(Control::decode(&challenge[0].payload, Key::reply(9999)), Ok(Control::Challenge(_))));
     // Rejected, each costs one refusal smaller than its request, and nothing stays.
     let now = t0 + 10 * MS;
     for (peer, _) in &requests {
@@ -904,4 +911,119 @@ fn an_unordered_channel_stays_within_its_bounds_whatever_a_hostile_sender_number
     let s = host.peer_stats(peer).unwrap();
     assert!(host.poll_event().is_none());
     assert_eq!((s.protocol_violations, s.reassembly_bytes), (2, 0));
+}
+
+/// A client and a server joined by a link of one millisecond each way (everything a step
+/// sends arrives before the next), stepped every millisecond. `spoof` runs before each
+/// step with the step's number and the datagrams sent so far to the client (`.0`) and to
+/// the server (`.1`), and returns datagrams to hand the server as if they came from the
+/// client's address. The server's application accepts every request it is asked about.
+/// Returns both sides' events, the client's connection id and both hosts.
+fn spoofed_handshake(
+    server_config: HostConfig,
+    mut spoof: impl FnMut(u32, (usize, usize), &[Event]) -> Vec<Vec<u8>>,
+) -> (Vec<Event>, Vec<Event>, porous_proto::PeerId, Host, Host) {
+    let t0 = Instant::now();
+    let client_addr = addr(9, 9, 9);
+    let mut server = server(server_config);
+    let mut client = Host::new(HostConfig::default(), seeded_rng(2)).unwrap();
+    let (mut to_client, mut to_server) = (Vec::<Transmit>::new(), Vec::<Transmit>::new());
+    let (mut sent_to_client, mut sent_to_server) = (0, 0);
+    let (mut client_events, mut server_events) = (Vec::new(), Vec::new());
+    let mut c = None;
+    for step in 0..12_000u32 {
+        let now = t0 + step * MS;
+        for d in spoof(step, (sent_to_client, sent_to_server), &server_events) {
+            server.handle_datagram(now, client_addr, &d);
+        }
+        if step == 1 {
+            c = Some(client.connect(now, SERVER).unwrap());
+        }
+        for t in to_server.drain(..) {
+            server.handle_datagram(now, client_addr, &t.payload);
+        }
+        for t in to_client.drain(..) {
+            client.handle_datagram(now, SERVER, &t.payload);
+        }
+        client.step(now);
+        server.step(now);
+        to_server = drain(&mut client);
+        to_client = drain(&mut server).into_iter().filter(|t| t.remote == client_addr).collect();
+        (sent_to_client, sent_to_server) = (sent_to_client + to_client.len(), sent_to_server + to_server.len());
+        client_events.extend(std::iter::from_fn(|| client.poll_event()));
+        let new: Vec<Event> = std::iter::from_fn(|| server.poll_event()).collect();
+        for e in &new {
+            if let Event::ConnectRequest { peer, .. } = e {
+                server.accept(now, *peer).unwrap();
+            }
+        }
+        server_events.extend(new);
+    }
+    (client_events, server_events, c.unwrap(), client, server)
+}
+
+/// Issue 32, item 1, in plain mode: an off-path attacker sends one connect request with a
+/// nonce of its own from a client's address, before the client's first request, while the
+/// server's answer is on its way, or once connected. The client connects, once, and is
+/// never told otherwise; the server's connection is the client's (its keys are: data
+/// flows). Before the fix, a request arriving after the server's first reply restarted the
+/// server's handshake with the attacker's nonce: the client was told `Connected`, its
+/// datagrams failed the server's check, and it was told `Disconnected(Timeout)` 10 s later.
+#[test]
+fn a_spoofed_request_never_derails_a_handshake() {
+    let spoofed = encode(&Control::request(request(0xBAD)), Key::version());
+    for config in [HostConfig::default(), manual()] {
+        for moment in 0..3 {
+            let mut done = false;
+            let (client_events, server_events, c, mut client, mut server) =
+                spoofed_handshake(config.clone(), |step, (to_client, _), server_events| {
+                    let now = match moment {
+                        0 => step == 0,
+                        // The server's first answer is sent, the client's `Ack` is not back.
+                        1 => to_client > 0,
+                        _ => server_events.iter().any(|e| matches!(e, Event::Connected { .. })),
+                    };
+                    if done || !now {
+                        return Vec::new();
+                    }
+                    done = true;
+                    vec![spoofed.clone()]
+                });
+            let case = format!("manual {}, moment {moment}", config.manual_accept);
+            assert!(
+                matches!(client_events[..], [Event::Connected { peer, .. }] if peer == c),
+                "{case}: the client's events {client_events:?}"
+            );
+            let connected: Vec<porous_proto::PeerId> = server_events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Connected { peer, .. } => Some(*peer),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(connected.len(), 1, "{case}: the server's events {server_events:?}");
+            let s = connected[0];
+            assert!(server_events.iter().all(|e| !matches!(e, Event::Disconnected { peer, .. } if *peer == s)));
+            assert_eq!(server.peer_stats(s).unwrap().state, PeerState::Connected, "{case}");
+            if moment == 0 {
+                // The spoofed handshake held the address until the client proved it
+                // receives there, by echoing the challenge its request got.
+                assert!(server.stats().challenged >= 1, "{case}");
+            }
+            // Data flows both ways: the connection's keys are the client's.
+            let t = Instant::now() + Duration::from_secs(13);
+            client.send(c, 0, Bytes::from_static(b"up"), SendMode::Reliable).unwrap();
+            server.send(s, 0, Bytes::from_static(b"down"), SendMode::Reliable).unwrap();
+            client.step(t);
+            server.step(t);
+            for tr in drain(&mut client) {
+                server.handle_datagram(t, addr(9, 9, 9), &tr.payload);
+            }
+            for tr in drain(&mut server) {
+                client.handle_datagram(t, SERVER, &tr.payload);
+            }
+            let got = |h: &mut Host| std::iter::from_fn(|| h.poll_event()).any(|e| matches!(e, Event::Received { .. }));
+            assert!(got(&mut server) && got(&mut client), "{case}");
+        }
+    }
 }

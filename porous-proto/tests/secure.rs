@@ -514,3 +514,121 @@ fn the_documented_request_sizes_hold() {
     // The client checked it against the largest it may send: with a cookie, 16 more.
     assert!(request.len() + 16 <= 1200, "{}", request.len());
 }
+
+/// When, in a victim's handshake, an attacker's spoofed request arrives.
+#[derive(Clone, Copy, Debug)]
+enum Moment {
+    /// Before the victim's first request: the server's handshake at the victim's address
+    /// is the attacker's.
+    Before,
+    /// After the server answered the victim's request, before the victim's `Ack` came back.
+    Answered,
+    /// Once both sides are connected.
+    Connected,
+}
+
+/// Issue 32, item 1: an off-path attacker holding a valid token of its own (any player can
+/// get one) sends one connect request with the victim client's source address. Whenever it
+/// arrives, the victim connects with its own token's identity, its connection's keys stay
+/// its own (data flows both ways), and nobody is told `Connected` falsely: before the fix,
+/// a request arriving after the server's first reply restarted the handshake with the
+/// attacker's token, so the victim was told `Connected`, its datagrams then failed the
+/// server's check, and 10 s later it was told `Disconnected(Timeout)`; the server never
+/// reported it connected. With manual admission the application is asked about each
+/// request, and accepts them all (the attacker's token is as valid as the victim's).
+#[test]
+fn a_spoofed_request_with_another_valid_token_never_derails_a_handshake() {
+    let attack = first_request(&token_for(&params(666), 66), server_addr(), 66);
+    for manual in [false, true] {
+        for moment in [Moment::Before, Moment::Answered, Moment::Connected] {
+            let mut net = Net::new();
+            if manual {
+                let mut config = server_config(net.now);
+                config.manual_accept = true;
+                net.server = Host::new(config, rng(2)).unwrap();
+            }
+            let case = format!("manual {manual}, {moment:?}");
+            let mut attacked = false;
+            if let Moment::Before = moment {
+                net.server.handle_datagram(net.now, client_addr(), &attack);
+                attacked = true;
+            }
+            let c = net.client.connect_with_token(net.now, server_addr(), &token_for(&params(77), 9)).unwrap();
+            let mut asked = 0;
+            for _ in 0..12_000 {
+                let now_is_the_moment = match moment {
+                    Moment::Before => false,
+                    Moment::Answered => net.log.iter().any(|(d, _)| *d == Dir::ToClient),
+                    Moment::Connected => net.server_events.iter().any(|e| matches!(e, Event::Connected { .. })),
+                };
+                if !attacked && now_is_the_moment {
+                    if let Moment::Answered = moment {
+                        // The victim's `Ack` is yet to reach the server: the handshake is
+                        // under way.
+                        assert!(net.client_events.is_empty() && net.server_events.len() <= 1, "{case}: too late");
+                    }
+                    net.server.handle_datagram(net.now, client_addr(), &attack);
+                    attacked = true;
+                }
+                net.tick();
+                // The application accepts every request it is asked about.
+                let requests: Vec<PeerId> = net.server_events[asked..]
+                    .iter()
+                    .filter_map(|e| match e {
+                        Event::ConnectRequest { peer, .. } => Some(*peer),
+                        _ => None,
+                    })
+                    .collect();
+                asked = net.server_events.len();
+                for peer in requests {
+                    net.server.accept(net.now, peer).unwrap();
+                }
+            }
+            assert!(attacked, "{case}");
+            // The victim is connected, once, and was never told otherwise.
+            let client: Vec<&Event> = net.client_events.iter().collect();
+            assert!(
+                matches!(client[..], [Event::Connected { peer, .. }] if *peer == c),
+                "{case}: the victim's events {client:?}"
+            );
+            // The server's application knows it as the backend vouched for it.
+            let connected: Vec<(Option<u64>, Bytes)> = net
+                .server_events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Connected { client_id, data, remote, .. } if *remote == client_addr() => {
+                        Some((*client_id, data.clone()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(connected, [(Some(77), Bytes::from_static(b"player 77"))], "{case}");
+            let s = net.server_events.iter().find_map(|e| match e {
+                Event::Connected { peer, .. } => Some(*peer),
+                _ => None,
+            });
+            assert!(
+                net.server_events.iter().all(|e| !matches!(e, Event::Disconnected { peer, .. } if Some(*peer) == s)),
+                "{case}: {:?}",
+                net.server_events
+            );
+            if let Moment::Before = moment {
+                // The attacker's handshake held the address until the victim proved it
+                // receives there (it echoed the challenge its request got), and then gave
+                // way: the application, if it was asked about it, hears it is stale.
+                assert!(net.server.stats().challenged >= 1, "{case}");
+                let stale = net
+                    .server_events
+                    .iter()
+                    .filter(|e| matches!(e, Event::Disconnected { reason: DisconnectReason::Stale, .. }))
+                    .count();
+                assert_eq!(stale, usize::from(manual), "{case}: {:?}", net.server_events);
+            }
+            // The connection's keys are the victim's: data flows both ways.
+            exchange(&mut net, (c, s.unwrap()), "after", 20);
+            expect_in_order(&net.received_by_server(), "after", 'c', 20);
+            expect_in_order(&net.received_by_client(), "after", 's', 20);
+            assert_eq!(net.server.stats().peers, 1, "{case}");
+        }
+    }
+}

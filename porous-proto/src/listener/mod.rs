@@ -14,6 +14,11 @@
 //!   handshake once answered is never dropped to make room, and the requester retries;
 //! - otherwise the request gets a pending peer.
 //!
+//! A request from an address that has a pending handshake of another attempt is not
+//! judged until it proves it receives there (echoes a cookie, [`Listener::prove`]): the
+//! handshake holds to the attempt it answered against anyone who only puts the address on
+//! a datagram, and gives way to the one who can hear there.
+//!
 //! Invariant: `pending` is the number of peers in the host's table that are incoming
 //! connections still in their handshake; the host reports every such peer's creation and
 //! every change of its pending status through [`Listener::pending_changed`].
@@ -29,6 +34,7 @@ pub(crate) use tokens::{Admitted, Refused, TokenGate};
 
 use crate::config::{HostConfig, PeerConfig};
 use crate::peer::{self, Params};
+use crate::token::VerifiedToken;
 use crate::wire::{ConnectRequest, Cookie, RefuseReason};
 
 /// What to do with a connection request.
@@ -110,10 +116,10 @@ impl Listener {
         Some(result)
     }
 
-    /// Secure mode: `from` now uses the token of `admitted` (it made a peer).
-    pub(crate) fn record_token(&mut self, admitted: &Admitted, from: SocketAddr) {
+    /// Secure mode: `from` now uses `token` (its request made a peer).
+    pub(crate) fn record_token(&mut self, token: &VerifiedToken, from: SocketAddr) {
         if let Some(g) = &mut self.gate {
-            g.record(&admitted.token, from);
+            g.record(token, from);
         }
     }
 
@@ -134,13 +140,8 @@ impl Listener {
     ) -> Verdict {
         if self.pending >= self.challenge_above {
             // Under load: no state for a request until it proves it can hear us.
-            let valid = req.cookie.is_some_and(|c| self.cookies.verify(now, from, req.nonce, &c));
-            if !valid {
-                if req.cookie.is_some() {
-                    self.counters.bad_cookies += 1;
-                }
-                self.counters.challenged += 1;
-                return Verdict::Challenge(self.cookies.issue(now, from, req.nonce));
+            if let Err(cookie) = self.prove(now, from, req) {
+                return Verdict::Challenge(cookie);
             }
         }
         let verdict = if !self.accept_incoming {
@@ -165,6 +166,22 @@ impl Listener {
                 Verdict::Accept(params)
             }
         }
+    }
+
+    /// Whether `req` proves that its requester receives at `from`: it echoes a cookie
+    /// issued for that address and nonce within the cookie's lifetime. If not, the cookie
+    /// to challenge it with (counted in `challenged`, and in `bad_cookies` when it echoed
+    /// one that does not verify). The host also asks this of a request that would replace
+    /// the handshake at its address (`Peer::is_held_against`).
+    pub(crate) fn prove(&mut self, now: Instant, from: SocketAddr, req: &ConnectRequest) -> Result<(), Cookie> {
+        if req.cookie.is_some_and(|c| self.cookies.verify(now, from, req.nonce, &c)) {
+            return Ok(());
+        }
+        if req.cookie.is_some() {
+            self.counters.bad_cookies += 1;
+        }
+        self.counters.challenged += 1;
+        Err(self.cookies.issue(now, from, req.nonce))
     }
 
     /// A peer accepted by [`Listener::judge`] left its handshake (connected, or ended and

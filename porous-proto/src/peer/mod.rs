@@ -146,9 +146,8 @@ pub(crate) struct Peer {
     /// An incoming request awaiting the application's decision (manual admission): it is
     /// left unanswered, and its retries make no further event.
     awaiting: bool,
-    /// The application learned this peer's id from `Event::ConnectRequest`; the remote's
-    /// nonce is then pinned, so the request the application decided on is the one that
-    /// connects.
+    /// The application learned this peer's id from `Event::ConnectRequest` (so it must
+    /// hear of its end).
     requested: bool,
     /// The code the application gave with its disconnection, sent to the remote.
     close_code: u32,
@@ -435,17 +434,16 @@ impl Peer {
         out: &mut Outputs,
     ) -> Result<(), wire::DecodeError> {
         let key = match (wire::key_class(ty), self.keys()) {
-            (KeyClass::Version, _) => Key::version(),
+            // Requests go through the host (`Peer::handle_request`).
+            (KeyClass::Version, _) => return Err(wire::DecodeError::UnknownType(ty)),
             (KeyClass::Reply, _) => Key::reply(self.local_nonce),
             (KeyClass::Connection, Some((_, recv))) => recv,
             // No connection key yet: nothing can verify it.
             (KeyClass::Connection, None) => Key::version(),
         };
         let control = Control::decode(datagram, key).inspect_err(|_| self.malformed += 1)?;
-        if wire::key_class(ty) != KeyClass::Version {
-            // Only the remote side can make replies and connection datagrams.
-            self.last_recv = now;
-        }
+        // Only the remote side can make replies and connection datagrams.
+        self.last_recv = now;
         self.on_control(now, control, out);
         Ok(())
     }
@@ -453,7 +451,7 @@ impl Peer {
     /// Secure mode: a sealed control datagram (type `ty`) from this peer's address. A
     /// client opens replies with its attempt's reply key; either side opens the
     /// connection's own control datagrams with the connection key, through the replay
-    /// window. Requests are opened by the host (`Peer::handle_sealed_request`).
+    /// window. Requests are opened by the host (`Peer::handle_request`).
     pub(crate) fn handle_sealed_control(
         &mut self,
         now: Time,
@@ -477,45 +475,77 @@ impl Peer {
         Ok(())
     }
 
-    /// Secure mode: a request from this peer's address whose token and seal the host
-    /// verified. A new attempt (another nonce) while connecting takes the new token's
-    /// keys, id and user data; the reply is sealed for the request it answers.
-    pub(crate) fn handle_sealed_request(
+    /// Whether `req` (under `token`, in secure mode) is the attempt this peer's handshake
+    /// answered or its connection was made with: the same nonce, and the same token.
+    fn is_attempt(&self, req: &ConnectRequest, token: Option<&VerifiedToken>) -> bool {
+        let token_matches = match (self.secure.as_deref(), token) {
+            (None, None) => true,
+            (Some(s), Some(t)) => s.is_token(t),
+            _ => false,
+        };
+        token_matches && self.remote_nonce == Some(req.nonce)
+    }
+
+    /// Whether this is an incoming handshake and `req` (under `token`) another attempt
+    /// than the one it answered. The handshake holds to its attempt: only a requester that
+    /// proves it receives at this address may replace it, which is the host's to check
+    /// (then [`Peer::supersede`]). Anyone can put an address on a request, and in secure
+    /// mode anyone can get a token: a request alone never changes a connection's keys, id
+    /// or state.
+    pub(crate) fn is_held_against(&self, req: &ConnectRequest, token: Option<&VerifiedToken>) -> bool {
+        self.is_pending() && !self.is_attempt(req, token)
+    }
+
+    /// A connection request from this peer's address (verified by the host: its check in
+    /// plain mode, its token and seal in secure mode, `token`). Another attempt than this
+    /// peer's changes nothing: a connected peer tells it its attempt is stale; one still
+    /// connecting answers only its own (an incoming handshake's other attempts go to the
+    /// host first: [`Peer::is_held_against`]). The reply is sealed for the request it
+    /// answers.
+    pub(crate) fn handle_request(
         &mut self,
         now: Time,
         req: ConnectRequest,
-        token: &VerifiedToken,
+        data: &[u8],
+        token: Option<&VerifiedToken>,
         out: &mut Outputs,
     ) {
-        let Some(s) = self.secure.as_deref_mut() else { return };
-        if s.is_client() {
+        if self.secure.as_deref().is_some_and(SecureState::is_client) {
+            // A client takes no requests (it cannot open them).
             return;
         }
-        let reply_key = token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
-        let restart = self.state == PeerState::Connecting
-            && !self.awaiting
-            && !self.requested
-            && self.remote_nonce.is_some_and(|n| n != req.nonce);
-        if restart {
-            s.adopt(token);
-            if let Some(h) = self.handshake.as_deref_mut() {
-                h.remote_data = token.user_data.clone();
+        let reply_key = token.map(|t| t.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0));
+        if self.secure.is_some() && !self.is_attempt(&req, token) {
+            // Another token: nothing of this connection is its business. A connected peer
+            // says its own attempt holds (sealed for the requester, which may be this
+            // client restarted with a new token).
+            if let (PeerState::Connected, Some(held)) = (self.state, self.remote_nonce) {
+                self.reply(&Control::AckOther { acked: held }, req.nonce, reply_key, out);
             }
-            self.timeout = Nanos::of(s.timeout.max(self.settings.config.ping_interval * 2));
+            return;
         }
-        self.on_request(now, req, &[], Some(reply_key), out);
+        self.on_request(now, req, data, reply_key, false, out);
+    }
+
+    /// An incoming handshake replaced by another attempt from its address, one that
+    /// proved it receives there: it ends, and an application that was asked about it
+    /// hears so ([`DisconnectReason::Stale`]).
+    pub(crate) fn supersede(&mut self, now: Time, out: &mut Outputs) {
+        self.end(now, PeerState::Zombie, DisconnectReason::Stale, out);
     }
 
     /// Acts on a verified control datagram.
     fn on_control(&mut self, now: Time, control: Control<'_>, out: &mut Outputs) {
         match control {
-            Control::Request { request, data } => self.on_request(now, request, data, None, out),
+            // Requests reach the peer through the host (`Peer::handle_request`).
+            Control::Request { .. } => {}
             Control::RequestAck(req) => {
                 if self.state == PeerState::Connecting && !self.awaiting {
                     // Noted first, so the reply is a plain acknowledgement.
                     self.acked = true;
                 }
-                self.on_request(now, req, &[], None, out);
+                // Keyed to this side's nonce: only the holder of it can have made it.
+                self.on_request(now, req, &[], None, true, out);
             }
             Control::Ack => self.on_ack(now, out),
             Control::AckOther { .. } => {
@@ -540,20 +570,25 @@ impl Peer {
     }
 
     /// A request (with its connect data; none in a `RequestAck`) from this peer's address.
-    /// `reply_key`: in secure mode, the key replies to it are sealed with.
+    /// `reply_key`: in secure mode, the key replies to it are sealed with. `proven`: it came
+    /// in a reply keyed to this side's nonce, so its sender received this side's request.
     fn on_request(
         &mut self,
         now: Time,
         req: ConnectRequest,
         data: &[u8],
         reply_key: Option<SecretKey>,
+        proven: bool,
         out: &mut Outputs,
     ) {
+        let other = self.remote_nonce.is_some_and(|n| n != req.nonce);
         match self.state {
-            // Awaiting the application: its retries get no answer and make no event. Once
-            // the application has seen a request, only that attempt (its nonce) may connect.
+            // Awaiting the application: its retries get no answer and make no event.
             PeerState::Connecting if self.awaiting => {}
-            PeerState::Connecting if self.requested && self.remote_nonce.is_some_and(|n| n != req.nonce) => {}
+            // Another attempt than the one this side answered: only one proven to come from
+            // the remote changes the attempt, and an incoming handshake's never does here
+            // (the host replaces the peer for a requester that proves its address).
+            PeerState::Connecting if other && (self.origin == Origin::Remote || !proven) => {}
             PeerState::Connecting => {
                 let extra = if self.secure.is_some() { wire::secure::SEAL_EXTRA } else { 0 };
                 let params = match negotiate(&self.settings.config, &req, extra) {
@@ -565,7 +600,7 @@ impl Peer {
                     }
                 };
                 if self.remote_nonce.is_none_or(|n| n != req.nonce) {
-                    // A first request, or the remote restarted its attempt.
+                    // A first request, or the remote restarted its attempt (proven).
                     self.set_remote(req);
                     let secure = self.secure.is_some();
                     if let Some(h) = self.handshake.as_deref_mut() {

@@ -2,7 +2,8 @@
 //! keys, the connection keys derived from them once both nonces are known, the counter of
 //! the connection datagrams it sends and the replay window of those it receives.
 //!
-//! Invariants: the send counter only grows (one datagram per value, so no key and nonce
+//! Invariants: a server's state belongs to one token for its whole life (its keys, client
+//! id and timeout are that token's; nothing replaces them); the send counter only grows (one datagram per value, so no key and nonce
 //! seal two datagrams); a counter is marked in the replay window only after its datagram
 //! verified; a peer without connection keys opens nothing of the connection.
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::output::Outputs;
-use crate::token::{ConnectToken, VerifiedToken};
+use crate::token::{ConnectToken, TOKEN_TAG_LEN, VerifiedToken};
 use crate::wire::secure::{self, AeadKey, ReplayWindow, SealedParts, SecretKey, Use};
 use crate::wire::{ConnectRequest, Control, DecodeError};
 
@@ -28,6 +29,9 @@ pub(crate) enum Role {
     },
     /// This side accepted a token.
     Server {
+        /// The token's identity (its seal's tag, public): a request under any other token
+        /// is not this connection's.
+        token: [u8; TOKEN_TAG_LEN],
         /// The client's id, from the token.
         client_id: u64,
         /// The salt of the next reply: random at first, then counting.
@@ -68,7 +72,7 @@ impl SecureState {
     pub(crate) fn server(token: &VerifiedToken, salt: u64) -> Self {
         let (client_to_server, server_to_client) = token.keys();
         Self {
-            role: Role::Server { client_id: token.client_id, salt },
+            role: Role::Server { token: token.id(), client_id: token.client_id, salt },
             client_to_server,
             server_to_client,
             connection: None,
@@ -90,16 +94,10 @@ impl SecureState {
         }
     }
 
-    /// A new attempt on the server, with another (verified) token: its keys and client id
-    /// replace the old ones, and the connection starts over.
-    pub(crate) fn adopt(&mut self, token: &VerifiedToken) {
-        (self.client_to_server, self.server_to_client) = token.keys();
-        if let Role::Server { client_id, .. } = &mut self.role {
-            *client_id = token.client_id;
-        }
-        self.timeout = token.timeout;
-        self.connection = None;
-        self.replay = ReplayWindow::default();
+    /// Whether `token` is the one this side accepted (a server's): the token of every
+    /// request that may act on this connection.
+    pub(crate) fn is_token(&self, token: &VerifiedToken) -> bool {
+        matches!(self.role, Role::Server { token: id, .. } if id == token.id())
     }
 
     /// Both nonces are known: derives the connection keys.
