@@ -18,8 +18,8 @@ mod rt {
 
     pub(crate) use async_std::net::UdpSocket;
     pub(crate) use porous_async_std::{
-        ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, Peer, PeerState,
-        SendError, SendMode,
+        ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Events, Host, HostConfig, HostEvent,
+        Packet, Peer, PeerId, PeerInfo, PeerState, SendError, SendMode,
     };
 
     /// Spawns `task`; awaiting the result gives its output.

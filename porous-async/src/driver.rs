@@ -18,6 +18,7 @@ use futures_core::Stream;
 use porous_proto::Event;
 use porous_udp::{RecvBackoff, UdpIo};
 
+use crate::connections::PeerInfo;
 use crate::handle::{Command, HostShared, Opening, PeerParts, PeerShared, disconnect_now, lock, reject};
 use crate::mailbox::Mailbox;
 use crate::requests::{RequestParts, Requests};
@@ -114,6 +115,8 @@ struct Routes {
     held: Vec<PeerId>,
     /// Since when `held` has not been empty and no held packet found room.
     held_since: Option<Instant>,
+    /// Where the established connections are listed and their events published.
+    shared: Arc<HostShared>,
 }
 
 /// The driver's end of one connection's delivery queue.
@@ -152,6 +155,7 @@ impl Driver {
             inboxes: HashMap::default(),
             held: Vec::new(),
             held_since: None,
+            shared: Arc::clone(&shared),
         };
         Self {
             socket,
@@ -351,6 +355,7 @@ impl Routes {
                 }
             }
             Event::Connected { peer, remote, data, client_id, .. } => {
+                let info = PeerInfo { id: peer, remote, data: data.clone(), client_id };
                 let (inbox, parts) = Inbox::new(peer, remote, data, client_id);
                 let handed_over = match self.connecting.remove(&peer) {
                     // Fails if the `connect` future was dropped.
@@ -360,6 +365,7 @@ impl Routes {
                 };
                 if handed_over {
                     self.inboxes.insert(peer, inbox);
+                    self.shared.connections.connected(info);
                 } else {
                     disconnect_now(core, peer, 0);
                 }
@@ -378,6 +384,7 @@ impl Routes {
             Event::Disconnected { peer, reason, .. } => {
                 // A request that timed out undecided leaves the queue.
                 self.requests.remove(peer);
+                self.shared.connections.disconnected(peer, reason);
                 if let Some(reply) = self.connecting.remove(&peer) {
                     let _ = reply.try_send(Err(Error::Failed(reason)));
                 }
@@ -484,5 +491,6 @@ impl Drop for Routes {
             inbox.mailbox.close();
         }
         self.requests.close();
+        self.shared.connections.close();
     }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use porous_udp::Faults;
 use porous_udp::{Batching, SocketStats, UdpIo};
 
+use crate::connections::{Connections, Events, PeerInfo};
 use crate::driver::Driver;
 use crate::mailbox::{Mailbox, Take};
 use crate::requests::{RequestParts, Requests};
@@ -96,13 +97,26 @@ impl Link {
 }
 
 /// The state of a host that the driver and the `Host` handles share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct HostShared {
     /// The socket's counters, as of the driver's last round.
     pub(crate) socket: Mutex<SocketStats>,
     /// Set by the handle that sends the driver a wake-up, cleared by the driver when a
     /// round starts: handles skip the channel while a wake-up is pending.
     pub(crate) wake_pending: AtomicBool,
+    /// The established connections and the subscribers to their events. Locked after the
+    /// core, never before it.
+    pub(crate) connections: Connections,
+}
+
+impl HostShared {
+    fn new(max_peers: usize) -> Self {
+        Self {
+            socket: Mutex::default(),
+            wake_pending: AtomicBool::new(false),
+            connections: Connections::new(max_peers),
+        }
+    }
 }
 
 /// The state of a connection that the driver and the connection's handles share.
@@ -159,7 +173,7 @@ impl Host {
     /// The runtime crates wrap this as `Host::bind(addr, config)`.
     pub fn bind_with(runtime: &dyn Runtime, addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
         let rng = rand_core::UnwrapErr(getrandom::SysRng);
-        let manual_accept = config.manual_accept;
+        let (manual_accept, max_peers) = (config.manual_accept, config.max_peers);
         let core = porous_proto::Host::new(config, rng).map_err(Error::Config)?;
         let socket = porous_udp::bind(addr).map_err(Error::Io)?;
         let io = UdpIo::new(&socket, Batching::default()).map_err(Error::Io)?;
@@ -167,7 +181,7 @@ impl Host {
         let socket = runtime.wrap_udp_socket(socket).map_err(Error::Io)?;
         let (commands, command_rx) = async_channel::bounded(COMMANDS);
         let (accept_tx, accept) = async_channel::bounded(ACCEPT_BACKLOG);
-        let shared = Arc::new(HostShared::default());
+        let shared = Arc::new(HostShared::new(max_peers));
         let requests = Arc::new(Requests::default());
         let link = Link { core: Arc::new(Mutex::new(core)), commands, shared: Arc::clone(&shared) };
         let timer = runtime.new_timer(Instant::now());
@@ -290,9 +304,111 @@ impl Host {
         Ok(Incoming { parts, link: self.link.clone(), decided: false })
     }
 
-    /// The core's counters of this host.
+    /// The core's counters of this host. `peers` counts connections connecting or
+    /// connected, `closing` those ending and the ended ones the core still holds (see
+    /// [`HostStats`]).
     pub fn stats(&self) -> HostStats {
         lock(&self.link.core).stats()
+    }
+
+    /// The host's established connections, in no particular order: every connection handed
+    /// to the application (from [`Host::connect`], [`Host::accept`], [`Incoming::accept`],
+    /// or waiting in the accept backlog), from the moment it is established until its end
+    /// is reported ([`HostEvent::Disconnected`](crate::HostEvent::Disconnected) from
+    /// [`Host::events`], and [`Peer::recv`]'s error). A connection that is ending
+    /// gracefully is listed until it has ended.
+    ///
+    /// ```
+    /// # async fn list(server: porous_async::Host) {
+    /// for peer in server.peers() {
+    ///     println!("{} at {} ({:?})", peer.id, peer.remote, peer.client_id);
+    /// }
+    /// # }
+    /// ```
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        self.shared.connections.peers()
+    }
+
+    /// A stream of the host's connection events: first a
+    /// [`Connected`](crate::HostEvent::Connected) for every connection [`Host::peers`]
+    /// lists now, then a `Connected` for each new one (with its connect data and, on a
+    /// secure server, client id) and a [`Disconnected`](crate::HostEvent::Disconnected)
+    /// with the reason for each that ends, in the order they happen. Every subscriber
+    /// sees every event; a server notices who left without polling every [`Peer`].
+    ///
+    /// Events wait in a bounded queue per stream ([`EVENT_QUEUE`](crate::EVENT_QUEUE),
+    /// or twice `max_peers` if that is more); a stream that falls further behind loses
+    /// the oldest and reads [`HostEvent::Lagged`](crate::HostEvent::Lagged). The stream
+    /// ends once the driver has stopped.
+    ///
+    /// ```
+    /// use porous_async::HostEvent;
+    /// # async fn watch(server: porous_async::Host) {
+    /// let mut events = server.events();
+    /// while let Some(event) = events.next().await {
+    ///     match event {
+    ///         HostEvent::Connected { peer, .. } => println!("{} joined from {}", peer.id, peer.remote),
+    ///         HostEvent::Disconnected { peer, reason, .. } => println!("{} left: {reason}", peer.id),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> Events {
+        self.shared.connections.subscribe()
+    }
+
+    /// Queues a packet for every established connection ([`Host::peers`]) under one lock,
+    /// with one wake-up of the driver; the payload is shared, not copied. Returns the
+    /// connections that refused it, with the core's error ([`SendError::QueueFull`] for
+    /// one whose queue is full of reliable data); connections that are ending (their
+    /// `Disconnected` is on its way) are skipped without an error.
+    ///
+    /// ```
+    /// # use porous_async::SendMode;
+    /// # fn tick(server: &porous_async::Host, snapshot: Vec<u8>) {
+    /// for (peer, error) in server.broadcast(1, snapshot, SendMode::Unreliable) {
+    ///     eprintln!("{peer}: {error}");
+    /// }
+    /// # }
+    /// ```
+    pub fn broadcast(&self, channel: usize, data: impl Into<Bytes>, mode: SendMode) -> Vec<(PeerId, SendError)> {
+        let data = data.into();
+        let mut refused = Vec::new();
+        {
+            let mut core = lock(&self.link.core);
+            self.shared.connections.for_each_id(|id| match core.send(id, channel, data.clone(), mode) {
+                Ok(()) | Err(SendError::NotConnected) => {}
+                Err(e) => refused.push((id, e)),
+            });
+        }
+        self.link.wake();
+        refused
+    }
+
+    /// Queues a packet for each connection in `peers` under one lock, with one wake-up of
+    /// the driver; the payload is shared, not copied. Returns the connections that
+    /// refused it, with the core's error ([`SendError::UnknownPeer`] for an id that is
+    /// gone, [`SendError::NotConnected`] for one that is ending).
+    pub fn send_to(
+        &self,
+        peers: impl IntoIterator<Item = PeerId>,
+        channel: usize,
+        data: impl Into<Bytes>,
+        mode: SendMode,
+    ) -> Vec<(PeerId, SendError)> {
+        let data = data.into();
+        let mut refused = Vec::new();
+        {
+            let mut core = lock(&self.link.core);
+            for id in peers {
+                if let Err(e) = core.send(id, channel, data.clone(), mode) {
+                    refused.push((id, e));
+                }
+            }
+        }
+        self.link.wake();
+        refused
     }
 
     /// The socket's counters, as of the driver's last round.

@@ -125,6 +125,38 @@
 //! # }
 //! ```
 //!
+//! # A server's view: who is connected, who joins and leaves, broadcasts
+//!
+//! A game server needs its whole population every tick, not only one task per
+//! connection: [`Host::peers`] lists the established connections ([`PeerInfo`]: id,
+//! address, connect data, client id); [`Host::events`] streams [`HostEvent`]s, a
+//! `Connected` for each new connection and a `Disconnected` with the reason for each that
+//! ends, so a server notices who left without polling every [`Peer`]; and
+//! [`Host::broadcast`] and [`Host::send_to`] queue one packet for every connection or a
+//! set of them in one call (the payload shared, not copied), returning the connections
+//! that refused it.
+//!
+//! ```
+//! use porous_async::{Host, HostEvent, SendMode};
+//!
+//! async fn game_loop(server: Host) {
+//!     let mut events = server.events();
+//!     // Elsewhere: `server.accept()` hands each connection to a task that reads it.
+//!     while let Some(event) = events.next().await {
+//!         match event {
+//!             HostEvent::Connected { peer, .. } => {
+//!                 let welcome = format!("{} joined; {} players", peer.id, server.peers().len());
+//!                 server.broadcast(0, welcome.into_bytes(), SendMode::Reliable);
+//!             }
+//!             HostEvent::Disconnected { peer, reason, .. } => {
+//!                 server.broadcast(0, format!("{} left ({reason})", peer.id).into_bytes(), SendMode::Reliable);
+//!             }
+//!             _ => {}
+//!         }
+//!     }
+//! }
+//! ```
+//!
 //! # Queues and backpressure
 //!
 //! Every queue between the driver and the handles is bounded:
@@ -182,6 +214,7 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
+mod connections;
 mod driver;
 mod handle;
 mod mailbox;
@@ -194,6 +227,7 @@ use std::io;
 // The vocabulary every adapter re-exports, so that no application needs porous-proto or
 // bytes in its own Cargo.toml.
 pub use bytes::Bytes;
+pub use connections::{EVENT_QUEUE, Events, HostEvent, PeerInfo};
 pub use handle::{Host, Incoming, Peer};
 /// The protocol core, for what the re-exports above do not cover.
 pub use porous_proto as proto;

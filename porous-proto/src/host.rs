@@ -254,18 +254,45 @@ impl Slots {
     }
 }
 
+/// How many peers of the table are in each state: the counts of [`HostStats`] (`peers`,
+/// `connected`, `connecting`, `closing`), kept as peers enter, change state and leave, so
+/// that reading them walks nothing. Every change of a peer's state happens inside
+/// [`drive_peer`], and every peer enters by [`Host::insert`] and leaves by
+/// [`Host::remove`]: those three keep it true.
+#[derive(Debug, Default)]
+struct Census([usize; 5]);
+
+impl Census {
+    fn of(&self, state: PeerState) -> usize {
+        self.0.get(state as usize).copied().unwrap_or(0)
+    }
+
+    fn changed(&mut self, was: Option<PeerState>, is: Option<PeerState>) {
+        if was != is {
+            if let Some(n) = was.and_then(|s| self.0.get_mut(s as usize)) {
+                *n -= 1;
+            }
+            if let Some(n) = is.and_then(|s| self.0.get_mut(s as usize)) {
+                *n += 1;
+            }
+        }
+    }
+}
+
 /// Runs `f` on `peer` with the host's outputs, keeping the listener's count of pending
-/// handshakes true whatever `f` does to the peer's state. A free function over the host's
-/// fields, so that a caller holding the peer's slot can use it too.
+/// handshakes and the census of states true whatever `f` does to the peer's state. A free
+/// function over the host's fields, so that a caller holding the peer's slot can use it
+/// too.
 fn drive_peer<R>(
     peer: &mut Peer,
     out: &mut Outputs,
-    listener: &mut Listener,
+    (listener, census): (&mut Listener, &mut Census),
     f: impl FnOnce(&mut Peer, &mut Outputs) -> R,
 ) -> R {
-    let was = peer.is_pending();
+    let (was, state) = (peer.is_pending(), peer.state());
     let r = f(peer, out);
     listener.pending_changed(was, peer.is_pending());
+    census.changed(Some(state), Some(peer.state()));
     r
 }
 
@@ -343,6 +370,7 @@ pub struct Host {
     step_interval: Duration,
     stats: HostStats,
     listener: Listener,
+    census: Census,
 }
 
 impl core::fmt::Debug for Host {
@@ -369,6 +397,7 @@ impl Host {
         let settings = Arc::new(Settings::new(config.peer.clone()));
         Ok(Self {
             listener,
+            census: Census::default(),
             settings,
             config,
             rng: Box::new(rng),
@@ -474,6 +503,7 @@ impl Host {
             None => self.slots.grow() as u32,
         };
         debug_assert_eq!(peer.id(), self.id_of(index));
+        self.census.changed(None, Some(peer.state()));
         if let Some(slot) = self.slots.get_mut(index as usize) {
             slot.peer = Some(peer);
             slot.set_scheduled(None);
@@ -487,6 +517,7 @@ impl Host {
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
         if let Some(peer) = slot.peer.take() {
             self.listener.pending_changed(peer.is_pending(), false);
+            self.census.changed(Some(peer.state()), None);
             self.by_addr.remove(&peer.remote());
             slot.generation = slot.generation.wrapping_add(1);
             slot.set_scheduled(None);
@@ -498,7 +529,7 @@ impl Host {
     /// count true whatever `f` does to the peer's state.
     fn drive<R>(&mut self, index: u32, f: impl FnOnce(&mut Peer, &mut Outputs) -> R) -> Option<R> {
         let peer = self.slots.get_mut(index as usize)?.peer.as_mut()?;
-        Some(drive_peer(peer, &mut self.out, &mut self.listener, f))
+        Some(drive_peer(peer, &mut self.out, (&mut self.listener, &mut self.census), f))
     }
 
     fn next_ids(&mut self) -> (u32, u32, u32) {
@@ -692,9 +723,11 @@ impl Host {
             return;
         };
         let result = if ty & 0x80 == 0 {
-            let Self { slots, out, recv_arena, listener, .. } = self;
+            let Self { slots, out, recv_arena, listener, census, .. } = self;
             slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()).map(|peer| {
-                drive_peer(peer, out, listener, |peer, out| peer.handle_sealed_data(t, datagram, recv_arena, out))
+                drive_peer(peer, out, (listener, census), |peer, out| {
+                    peer.handle_sealed_data(t, datagram, recv_arena, out)
+                })
             })
         } else {
             self.drive(index, |peer, out| peer.handle_sealed_control(t, ty, datagram, out))
@@ -823,11 +856,11 @@ impl Host {
         let step = self.step_interval;
         // One lookup of the slot for the whole poll; the fields apart, so that the peer
         // can write to the outputs.
-        let Self { slots, out, listener, timers, .. } = self;
+        let Self { slots, out, listener, census, timers, .. } = self;
         let Some(slot) = slots.get_mut(index as usize) else { return };
         slot.dirty = false;
         let Some(peer) = slot.peer.as_mut() else { return };
-        drive_peer(peer, out, listener, |peer, out| peer.poll(now, step, out));
+        drive_peer(peer, out, (listener, census), |peer, out| peer.poll(now, step, out));
         if peer.state() == PeerState::Zombie {
             self.remove(index);
             return;
@@ -1014,6 +1047,7 @@ impl Host {
 
     /// The host's counters.
     pub fn stats(&self) -> HostStats {
+        debug_assert_eq!(self.census.0.iter().sum::<usize>(), self.by_addr.len(), "the census is every peer");
         let l = self.listener.counters();
         HostStats {
             bad_tokens: l.bad_tokens,
@@ -1026,7 +1060,12 @@ impl Host {
             handshakes_deferred: l.handshakes_deferred,
             accepted: l.accepted,
             pending: self.listener.pending(),
-            peers: self.by_addr.len(),
+            peers: self.census.of(PeerState::Connecting) + self.census.of(PeerState::Connected),
+            connecting: self.census.of(PeerState::Connecting),
+            connected: self.census.of(PeerState::Connected),
+            closing: self.census.of(PeerState::Disconnecting)
+                + self.census.of(PeerState::Disconnected)
+                + self.census.of(PeerState::Zombie),
             ..self.stats
         }
     }

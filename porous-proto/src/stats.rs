@@ -223,8 +223,21 @@ pub struct HostStats {
     /// Incoming requests the application rejected ([`Host::reject`](crate::Host::reject),
     /// or a disconnection while the request awaited its decision).
     pub rejected: u64,
-    /// Peers currently in the table (any state).
+    /// Live connections: peers connecting or connected, `connecting + connected`. A
+    /// connection leaves this count when it starts to end (either side disconnects) or
+    /// fails, and the host's `Event::Disconnected` for it follows.
     pub peers: usize,
+    /// Peers in their handshake, started by either side (incoming ones still in it are
+    /// `pending` too).
+    pub connecting: usize,
+    /// Peers connected: packets flow.
+    pub connected: usize,
+    /// Peers ending or ended that the table still holds: flushing before a graceful
+    /// disconnection, or disconnected and lingering for
+    /// [`PeerConfig::linger`](crate::PeerConfig::linger) to acknowledge repeated
+    /// disconnection requests, before they are deleted. They still count against
+    /// `max_peers`: the table holds `peers + closing`.
+    pub closing: usize,
     /// Secure mode: connection requests whose token or seal did not verify (forged,
     /// altered, another key, undecodable), dropped unanswered.
     pub bad_tokens: u64,

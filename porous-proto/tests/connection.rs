@@ -563,7 +563,7 @@ fn a_graceful_disconnect_whose_data_never_arrived_says_so() {
     p.run_for(30 * SEC);
     assert_eq!(disconnected(&p.events_a), [DisconnectReason::FlushTimeout]);
     let stats = p.a.stats();
-    assert!(stats.peers == 0, "the peer was deleted");
+    assert_eq!(stats.peers + stats.closing, 0, "the peer was deleted");
     // A clean close is still Local.
     let mut q = Pair::new(HostConfig::default(), HostConfig::default());
     let (qa, _) = q.establish();
@@ -797,4 +797,100 @@ fn an_undecided_request_times_out_and_the_application_hears_of_it() {
     assert_eq!(disconnected(&p.events_a), [DisconnectReason::Timeout]);
     assert_eq!(p.b.accept(p.now, asked[0].0), Err(porous_proto::AdmissionError::UnknownPeer));
     assert_eq!(p.b.stats().pending, 0);
+}
+
+/// The host's counts add up whatever its peers do (issue 32 item 4): `peers` is the
+/// connections connecting or connected, `closing` the rest of the table, `pending` a part
+/// of `connecting`; a peer reported `Disconnected` is no longer among `peers`. Checked on
+/// every host after every step of a network where one client leaves gracefully, one is
+/// kicked, one's requests are all lost, one crashes and one is rejected, until the
+/// server's table is empty again.
+#[test]
+fn a_host_s_peer_counts_add_up_through_every_state() {
+    use porous_proto::Host;
+    use porous_proto::sim::{LinkConditions, Network};
+    use std::net::SocketAddr;
+
+    fn check(host: &Host, name: &str, gone: &[porous_proto::PeerId]) {
+        let s = host.stats();
+        let states: Vec<PeerState> = host.peers().filter_map(|p| host.peer_stats(p)).map(|s| s.state).collect();
+        let count = |state| states.iter().filter(|&&s| s == state).count();
+        assert_eq!(s.peers, s.connecting + s.connected, "{name}: {s:?}");
+        assert_eq!(s.peers + s.closing, states.len(), "{name}: the table holds peers + closing: {s:?}");
+        assert_eq!(s.connecting, count(PeerState::Connecting), "{name}");
+        assert_eq!(s.connected, count(PeerState::Connected), "{name}");
+        assert!(s.pending <= s.connecting, "{name}: {s:?}");
+        for &peer in gone {
+            let state = host.peer_stats(peer).map(|p| p.state);
+            assert!(
+                !matches!(state, Some(PeerState::Connecting | PeerState::Connected)),
+                "{name}: {peer} was reported disconnected and is {state:?}"
+            );
+        }
+    }
+
+    let addr = |i: u8| -> SocketAddr { SocketAddr::from(([10, 0, 0, i], 9000)) };
+    let server = addr(1);
+    let clients: Vec<SocketAddr> = (2..=6).map(addr).collect();
+    let mut net = Network::new(34);
+    let mut config = HostConfig::default();
+    config.manual_accept = true;
+    net.add_host(server, config).unwrap();
+    for &c in &clients {
+        net.add_host(c, HostConfig::default()).unwrap();
+    }
+    let mut dead = LinkConditions::default();
+    dead.loss = 1.0;
+    net.set_link(clients[2], server, dead);
+    let now = net.now();
+    let ids: Vec<_> = clients.iter().map(|&c| net.host_mut(c).connect(now, server).unwrap()).collect();
+
+    // Per host: the peers it has reported disconnected.
+    let mut gone: std::collections::BTreeMap<SocketAddr, Vec<porous_proto::PeerId>> = Default::default();
+    let mut kicked = false;
+    let mut left = false;
+    let mut crashed = false;
+    let all: Vec<SocketAddr> = std::iter::once(server).chain(clients.iter().copied()).collect();
+    let done = net.run_until(60 * SEC, |net| {
+        let now = net.now();
+        for &h in &all {
+            if h == clients[3] && crashed {
+                continue;
+            }
+            while let Some(event) = net.poll_event(h) {
+                match event {
+                    // The server admits all but the last client.
+                    Event::ConnectRequest { peer, remote, .. } if remote == clients[4] => {
+                        net.host_mut(h).reject(now, peer, 9).unwrap();
+                    }
+                    Event::ConnectRequest { peer, .. } => net.host_mut(h).accept(now, peer).unwrap(),
+                    Event::Disconnected { peer, .. } => gone.entry(h).or_default().push(peer),
+                    _ => {}
+                }
+            }
+            check(net.host(h), &h.to_string(), gone.get(&h).map_or(&[], Vec::as_slice));
+        }
+        let s = net.host(server).stats();
+        if s.connected == 3 && !left {
+            // Clients 0 and 1 and 3 are in (2's requests are lost, 4 is rejected): 0 leaves
+            // gracefully, the server kicks 1, 3 crashes.
+            left = true;
+            net.host_mut(clients[0]).disconnect(now, ids[0]);
+        }
+        if left
+            && !kicked
+            && let Some(peer) = net.host(server).peer_by_addr(clients[1])
+        {
+            kicked = true;
+            net.host_mut(server).disconnect_now(now, peer);
+        }
+        if left && !crashed && net.host(server).peer_by_addr(clients[3]).is_some() {
+            crashed = true;
+            net.remove_host(clients[3]);
+        }
+        crashed && net.host(server).peers().count() == 0 && net.host(clients[2]).peers().count() == 0
+    });
+    assert!(done, "the server's table emptied: {:?}", net.host(server).stats());
+    let server_gone = gone.get(&server).map_or(0, Vec::len);
+    assert_eq!(server_gone, 4, "left, kicked, crashed (timed out) and rejected");
 }

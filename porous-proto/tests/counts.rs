@@ -6,7 +6,9 @@
 //!
 //! What holds after every step, for every host (`check`):
 //!
-//! - `peers` is the number of peers in the table, within `max_peers`;
+//! - `connecting`, `connected` and `closing` count the table's peers by state (closing:
+//!   disconnecting, disconnected, zombie), `peers` is `connecting + connected`, and
+//!   `peers + closing` the table's size, within `max_peers`;
 //! - `pending` is the number of incoming peers still in their handshake, within
 //!   `max_pending`;
 //! - the ids the application holds open (from `connect`, `ConnectRequest` or `Connected`,
@@ -180,8 +182,14 @@ fn check(net: &Network, addr: SocketAddr, app: &mut App, links_to: &[SocketAddr]
     let s = host.stats();
     let peers: Vec<(PeerId, PeerState)> =
         host.peers().map(|p| (p, host.peer_stats(p).expect("a listed peer has stats").state)).collect();
-    assert_eq!(s.peers, peers.len(), "peers counted against the table");
-    assert!(s.peers <= config.max_peers);
+    let in_state = |states: &[PeerState]| peers.iter().filter(|(_, st)| states.contains(st)).count();
+    assert_eq!(s.connecting, in_state(&[PeerState::Connecting]), "connecting: {peers:?}");
+    assert_eq!(s.connected, in_state(&[PeerState::Connected]), "connected: {peers:?}");
+    let ending = [PeerState::Disconnecting, PeerState::Disconnected, PeerState::Zombie];
+    assert_eq!(s.closing, in_state(&ending), "closing: {peers:?}");
+    assert_eq!(s.peers, s.connecting + s.connected, "peers are the live connections");
+    assert_eq!(s.peers + s.closing, peers.len(), "peers and closing counted against the table");
+    assert!(s.peers + s.closing <= config.max_peers);
     app.incoming.extend(peers.iter().map(|&(p, _)| p).filter(|p| !app.local.contains(p)));
     let pending = peers.iter().filter(|(p, st)| *st == PeerState::Connecting && !app.local.contains(p)).count();
     assert_eq!(s.pending, pending, "pending against the incoming peers still connecting: {peers:?}");
@@ -484,7 +492,7 @@ fn finish(run: &mut Run) {
     let clients: Vec<SocketAddr> = (0..run.case.clients).map(client_addr).collect();
     for (&addr, app) in &run.apps {
         let s = run.net.host(addr).stats();
-        assert_eq!((s.peers, s.pending), (0, 0), "{addr}: everything ended");
+        assert_eq!((s.peers, s.closing, s.pending), (0, 0, 0), "{addr}: everything ended");
         // Nothing on its way: every datagram a link delivered was handed to the host.
         let from = if addr == server_addr() { clients.clone() } else { vec![server_addr()] };
         let delivered = from

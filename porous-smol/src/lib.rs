@@ -53,9 +53,10 @@ use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
 use porous_async::runtime::{AsyncTimer, AsyncUdpSocket, Runtime};
 pub use porous_async::{
     ACCEPT_BACKLOG, AdmissionError, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE,
-    DeliveryStats, DisconnectReason, Disconnected, Error, Event, HostConfig, HostStats, Incoming, MemoryUsage,
-    Mismatch, Packet, Peer, PeerConfig, PeerId, PeerState, PeerStats, Priority, SOCKET_BUFFER, SecureConfig, SendError,
-    SendMode, SequenceStart, SocketStats, TransferStats, Transmit, proto, token,
+    DeliveryStats, DisconnectReason, Disconnected, EVENT_QUEUE, Error, Event, Events, HostConfig, HostEvent, HostStats,
+    Incoming, MemoryUsage, Mismatch, Packet, Peer, PeerConfig, PeerId, PeerInfo, PeerState, PeerStats, Priority,
+    SOCKET_BUFFER, SecureConfig, SendError, SendMode, SequenceStart, SocketStats, TransferStats, Transmit, proto,
+    token,
 };
 
 /// The smol runtime for [`porous_async`]: drivers spawned on smol's global executor (which
@@ -153,6 +154,36 @@ impl Host {
     /// The core's counters of this host.
     pub fn stats(&self) -> HostStats {
         self.0.stats()
+    }
+
+    /// The established connections; see [`porous_async::Host::peers`].
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        self.0.peers()
+    }
+
+    /// A stream of connection events (connected, with connect data and client id;
+    /// disconnected, with the reason), starting with the connections established now; see
+    /// [`porous_async::Host::events`].
+    pub fn events(&self) -> Events {
+        self.0.events()
+    }
+
+    /// Queues a packet for every established connection, with one lock and one wake-up;
+    /// returns those that refused it. See [`porous_async::Host::broadcast`].
+    pub fn broadcast(&self, channel: usize, data: impl Into<Bytes>, mode: SendMode) -> Vec<(PeerId, SendError)> {
+        self.0.broadcast(channel, data, mode)
+    }
+
+    /// Queues a packet for each connection in `peers`, with one lock and one wake-up;
+    /// returns those that refused it. See [`porous_async::Host::send_to`].
+    pub fn send_to(
+        &self,
+        peers: impl IntoIterator<Item = PeerId>,
+        channel: usize,
+        data: impl Into<Bytes>,
+        mode: SendMode,
+    ) -> Vec<(PeerId, SendError)> {
+        self.0.send_to(peers, channel, data, mode)
     }
 
     /// The socket's counters, as of the driver's last round.

@@ -10,8 +10,8 @@ mod rt {
     use std::time::Duration;
 
     pub(crate) use porous_smol::{
-        ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, Peer, PeerState,
-        SendError, SendMode,
+        ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Events, Host, HostConfig, HostEvent,
+        Packet, Peer, PeerId, PeerInfo, PeerState, SendError, SendMode,
     };
     pub(crate) use smol::net::UdpSocket;
 

@@ -11,8 +11,8 @@ mod rt {
     use std::time::Duration;
 
     pub(crate) use porous_tokio::{
-        ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, Peer, PeerState,
-        SendError, SendMode,
+        ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Events, Host, HostConfig, HostEvent,
+        Packet, Peer, PeerId, PeerInfo, PeerState, SendError, SendMode,
     };
     pub(crate) use tokio::net::UdpSocket;
 

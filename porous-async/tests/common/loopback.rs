@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::rt::{
-    ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, Peer, PeerState,
-    SendError, SendMode, UdpSocket, sleep, spawn, spawn_detached,
+    ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Events, Host, HostConfig, HostEvent, Packet,
+    Peer, PeerId, PeerInfo, PeerState, SendError, SendMode, UdpSocket, sleep, spawn, spawn_detached,
 };
 
 /// Invokes the macro `$run` with the name of every scenario in this file, so that each
@@ -31,6 +31,9 @@ macro_rules! every_scenario {
             disconnect_flushes_everything_sent_first,
             a_hundred_clients_on_one_server,
             a_slow_consumer_gets_backpressure_and_counted_drops,
+            the_host_lists_its_peers_and_streams_who_joins_and_who_leaves,
+            peer_counts_return_to_zero_once_the_clients_have_left,
+            a_broadcast_reaches_every_peer_and_send_to_only_the_set,
         );
     };
 }
@@ -442,4 +445,191 @@ pub(crate) async fn unaccepted_connections_end_once_no_host_handle_is_left() {
 
     accepted.send(0, &b"still here"[..], SendMode::Reliable).unwrap();
     assert_eq!(on_server.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "still here"));
+}
+
+/// The next connection event, which must come.
+async fn next_event(events: &mut Events) -> HostEvent {
+    events.next().await.expect("the host's event stream ended")
+}
+
+/// The next event of `events`, which must be `Connected`: its connection.
+async fn joined(events: &mut Events) -> PeerInfo {
+    match next_event(events).await {
+        HostEvent::Connected { peer, .. } => peer,
+        other => panic!("expected a connection, got {other:?}"),
+    }
+}
+
+/// The next event of `events`, which must be `Disconnected`: its connection and reason.
+async fn left(events: &mut Events) -> (PeerInfo, DisconnectReason) {
+    match next_event(events).await {
+        HostEvent::Disconnected { peer, reason, .. } => (peer, reason),
+        other => panic!("expected a disconnection, got {other:?}"),
+    }
+}
+
+fn ids(peers: &[PeerInfo]) -> Vec<PeerId> {
+    let mut ids: Vec<PeerId> = peers.iter().map(|p| p.id).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// A server sees its whole population without a list of its own: `peers()` and the event
+/// stream agree on who is connected, with each one's connect data; it notices every
+/// departure (graceful, handles dropped, kicked) with its reason; a stream opened later
+/// starts with the connections already there.
+pub(crate) async fn the_host_lists_its_peers_and_streams_who_joins_and_who_leaves() {
+    let config = HostConfig::default();
+    let server = bind(&config).await;
+    let mut events = server.events();
+    let addr = server.local_addr();
+    let mut clients = Vec::new();
+    for name in [&b"ada"[..], b"bob", b"cy"] {
+        let host = bind(&config).await;
+        let peer = host.connect_with(addr, name).await.expect("connect");
+        clients.push((host, peer));
+    }
+    // The server has accepted none of them yet: they wait in its backlog, connected.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(joined(&mut events).await);
+    }
+    let mut names: Vec<&[u8]> = seen.iter().map(|p| &p.data[..]).collect();
+    names.sort_unstable();
+    assert_eq!(names, [&b"ada"[..], b"bob", b"cy"]);
+    assert_eq!(ids(&server.peers()), ids(&seen));
+    let mut remotes: Vec<SocketAddr> = seen.iter().map(|p| p.remote).collect();
+    let mut expected: Vec<SocketAddr> = clients.iter().map(|(host, _)| host.local_addr()).collect();
+    remotes.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(remotes, expected);
+    assert!(seen.iter().all(|p| p.client_id.is_none()), "plain mode has no client ids");
+    let mut accepted = Vec::new();
+    for _ in 0..3 {
+        accepted.push(server.accept().await.expect("accept"));
+    }
+    let of = |name: &[u8]| accepted.iter().find(|p| &p.connect_data()[..] == name).expect("accepted").clone();
+    let (ada, bob, cy) = (of(b"ada"), of(b"bob"), of(b"cy"));
+    let find = |info: &PeerInfo, peer: &Peer| info.id == peer.id();
+
+    // A stream opened now starts with everyone already connected.
+    let mut late = server.events();
+    let mut present = Vec::new();
+    for _ in 0..3 {
+        present.push(joined(&mut late).await);
+    }
+    assert_eq!(ids(&present), ids(&seen));
+
+    // Ada leaves gracefully; Bob's program drops everything; the server kicks Cy.
+    let (ada_host, ada_peer) = clients.remove(0);
+    assert_eq!(ada_peer.disconnect().await, DisconnectReason::Local);
+    let (gone, reason) = left(&mut events).await;
+    assert!(find(&gone, &ada), "{gone:?}");
+    assert_eq!(reason, DisconnectReason::remote(0));
+    assert!(!server.peers().iter().any(|p| p.id == gone.id), "listed after its end was reported");
+    drop((ada_host, ada_peer));
+
+    drop(clients.remove(0));
+    let (gone, reason) = left(&mut events).await;
+    assert!(find(&gone, &bob), "{gone:?}");
+    assert_eq!(reason, DisconnectReason::remote(0));
+
+    cy.disconnect_now_with(5);
+    let (gone, reason) = left(&mut events).await;
+    assert!(find(&gone, &cy), "{gone:?}");
+    assert_eq!(reason, DisconnectReason::Local);
+    let (_, cy_end) = clients.remove(0);
+    assert_eq!(cy_end.recv().await, Err(Disconnected(DisconnectReason::remote(5))));
+
+    assert!(server.peers().is_empty());
+    // The late stream saw the same three departures.
+    for _ in 0..3 {
+        let (gone, _) = left(&mut late).await;
+        assert!(ids(&seen).contains(&gone.id));
+    }
+    // Every stream ends once the driver has stopped.
+    drop((server, accepted, ada, bob, cy));
+    assert_eq!(events.next().await, None);
+}
+
+/// `HostStats::peers` counts live connections (connecting or connected): once the server
+/// has reported both clients gone, it reads 0, while the core still holds their lingering
+/// state (counted in `closing`) for the linger time. It once read 2 for that whole time.
+pub(crate) async fn peer_counts_return_to_zero_once_the_clients_have_left() {
+    let config = HostConfig::default();
+    let server = bind(&config).await;
+    let mut events = server.events();
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let host = bind(&config).await;
+        let peer = host.connect(server.local_addr()).await.expect("connect");
+        clients.push((host, peer));
+    }
+    for _ in 0..2 {
+        joined(&mut events).await;
+    }
+    let s = server.stats();
+    assert_eq!((s.peers, s.connected, s.connecting), (2, 2, 0), "{s:?}");
+    for (_, peer) in &clients {
+        assert_eq!(peer.disconnect().await, DisconnectReason::Local);
+    }
+    drop(clients);
+    for _ in 0..2 {
+        left(&mut events).await;
+    }
+    let s = server.stats();
+    assert_eq!(s.peers, s.connecting + s.connected, "{s:?}");
+    assert_eq!((s.peers, s.connected, s.connecting), (0, 0, 0), "{s:?}");
+    assert!(s.closing <= 2, "{s:?}");
+    assert!(server.peers().is_empty());
+}
+
+/// One call reaches every connection, or a chosen set, with the payload shared: no task
+/// per peer. A set leaves the others out, and ids that are gone are reported.
+pub(crate) async fn a_broadcast_reaches_every_peer_and_send_to_only_the_set() {
+    const CLIENTS: usize = 5;
+    let config = HostConfig::default();
+    let server = bind(&config).await;
+    let mut events = server.events();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let host = bind(&config).await;
+        let peer = host.connect(server.local_addr()).await.expect("connect");
+        clients.push((host, peer));
+    }
+    let mut joined_ids = Vec::new();
+    for _ in 0..CLIENTS {
+        joined_ids.push(joined(&mut events).await.id);
+    }
+    let by_client: Vec<PeerId> = clients
+        .iter()
+        .map(|(host, _)| {
+            let info = server.peers().into_iter().find(|p| p.remote == host.local_addr()).expect("listed");
+            info.id
+        })
+        .collect();
+    let chosen = [by_client[1], by_client[3]];
+    assert!(server.send_to(chosen, 2, &b"chosen"[..], SendMode::Reliable).is_empty());
+    assert!(server.broadcast(2, &b"everyone"[..], SendMode::Reliable).is_empty());
+    for (i, (_, peer)) in clients.iter().enumerate() {
+        let first = peer.recv().await.expect("a packet");
+        if chosen.contains(&by_client[i]) {
+            assert_eq!((first.channel, &first.data[..]), (2, &b"chosen"[..]), "client {i}");
+            let second = peer.recv().await.expect("a packet");
+            assert_eq!(&second.data[..], b"everyone", "client {i}");
+        } else {
+            assert_eq!((first.channel, &first.data[..]), (2, &b"everyone"[..]), "client {i}");
+        }
+    }
+    // An id that is gone, and a channel that does not exist, are reported per connection.
+    let (_, first) = clients.remove(0);
+    first.disconnect().await;
+    let (gone, _) = left(&mut events).await;
+    assert_eq!(gone.id, by_client[0]);
+    let refused = server.send_to([by_client[0], by_client[2]], 0, &b"x"[..], SendMode::Reliable);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, by_client[0]);
+    let refused = server.broadcast(9, &b"x"[..], SendMode::Reliable);
+    assert_eq!(refused.len(), CLIENTS - 1, "{refused:?}");
+    assert!(refused.iter().all(|(_, e)| matches!(e, SendError::NoSuchChannel { channel: 9, .. })));
 }
