@@ -19,8 +19,8 @@ use crate::mailbox::{Mailbox, Take};
 use crate::requests::{RequestParts, Requests};
 use crate::runtime::Runtime;
 use crate::{
-    ACCEPT_BACKLOG, AdmissionError, DeliveryStats, DisconnectReason, Disconnected, Error, HostConfig, HostStats,
-    Packet, PeerId, PeerStats, SendError, SendMode,
+    ACCEPT_BACKLOG, AdmissionError, ConfigError, DeliveryStats, DisconnectReason, Disconnected, Error, HostConfig,
+    HostStats, Packet, PeerId, PeerStats, SendError, SendMode,
 };
 
 /// Commands that wait for the driver; a capacity-1 wake-up would do, a few more let
@@ -170,14 +170,40 @@ impl Host {
     /// system resolver, blocking, and the first address that binds is used) and spawns the
     /// driver task on `runtime`. The core's random generator is seeded from the OS.
     ///
+    /// A secure server ([`SecureConfig::server`](crate::SecureConfig::server)) may leave
+    /// its public addresses empty: bound to a specific address (such as `127.0.0.1:0`),
+    /// it takes the bound address with the port the system picked; otherwise tell it with
+    /// [`Host::set_public_addresses`].
+    ///
     /// The runtime crates wrap this as `Host::bind(addr, config)`.
     pub fn bind_with(runtime: &dyn Runtime, addr: impl ToSocketAddrs, config: HostConfig) -> Result<Self, Error> {
+        config.validate().map_err(Error::Config)?;
+        Self::start(runtime, porous_udp::bind(addr).map_err(Error::Io)?, config)
+    }
+
+    /// A host on a socket you bound yourself (with options of your own, or handed over by
+    /// a supervisor or a test), its driver spawned on `runtime`. The socket is made
+    /// non-blocking and asked for buffers of at least [`SOCKET_BUFFER`](crate::SOCKET_BUFFER)
+    /// bytes, as [`Host::bind_with`]'s own; an empty list of public addresses of a secure
+    /// server is learnt from its address as there.
+    ///
+    /// The runtime crates wrap this as `Host::from_std(socket, config)`.
+    pub fn from_std_with(
+        runtime: &dyn Runtime,
+        socket: std::net::UdpSocket,
+        config: HostConfig,
+    ) -> Result<Self, Error> {
+        config.validate().map_err(Error::Config)?;
+        Self::start(runtime, porous_udp::adopt(socket).map_err(Error::Io)?, config)
+    }
+
+    fn start(runtime: &dyn Runtime, socket: std::net::UdpSocket, mut config: HostConfig) -> Result<Self, Error> {
+        let local_addr = socket.local_addr().map_err(Error::Io)?;
+        porous_udp::learn_public_address(&mut config, local_addr);
         let rng = rand_core::UnwrapErr(getrandom::SysRng);
         let (manual_accept, max_peers) = (config.manual_accept, config.max_peers);
         let core = porous_proto::Host::new(config, rng).map_err(Error::Config)?;
-        let socket = porous_udp::bind(addr).map_err(Error::Io)?;
         let io = UdpIo::new(&socket, Batching::default()).map_err(Error::Io)?;
-        let local_addr = socket.local_addr().map_err(Error::Io)?;
         let socket = runtime.wrap_udp_socket(socket).map_err(Error::Io)?;
         let (commands, command_rx) = async_channel::bounded(COMMANDS);
         let (accept_tx, accept) = async_channel::bounded(ACCEPT_BACKLOG);
@@ -302,6 +328,13 @@ impl Host {
         }
         let parts = std::future::poll_fn(|cx| self.requests.poll_take(cx)).await.ok_or(Error::Stopped)?;
         Ok(Incoming { parts, link: self.link.clone(), decided: false })
+    }
+
+    /// Secure mode, on a server: the addresses connect tokens name it by, from now on; for
+    /// a server reached through a load balancer or a NAT, or bound to an unspecified
+    /// address. See [`porous_proto::Host::set_public_addresses`].
+    pub fn set_public_addresses(&self, addresses: Vec<SocketAddr>) -> Result<(), ConfigError> {
+        lock(&self.link.core).set_public_addresses(addresses)
     }
 
     /// The core's counters of this host. `peers` counts connections connecting or

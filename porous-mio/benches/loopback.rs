@@ -466,12 +466,11 @@ fn mio_receiver(
     done: Arc<AtomicBool>,
 ) -> std::io::Result<RecvEnd> {
     let mut host = if secure {
-        // Tokens name the server's address, so it must be known before the host exists:
-        // take a free port, then bind the host to it.
-        let addr = UdpSocket::bind(localhost())?.local_addr()?;
+        // Tokens name the server's address: with none configured, the host takes the
+        // address it binds, port included.
         let mut config = config;
-        config.secure = Some(SecureConfig::server(PRIVATE_KEY, vec![addr], Instant::now(), UNIX));
-        Host::bind(addr, config)?
+        config.secure = Some(SecureConfig::server(PRIVATE_KEY, Vec::new(), Instant::now(), UNIX));
+        Host::bind(localhost(), config)?
     } else {
         Host::bind(localhost(), config)?
     };

@@ -15,7 +15,7 @@
 //!
 //! Exit status 0 when all of that happened as described, 1 otherwise.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::thread;
@@ -124,11 +124,16 @@ fn run() -> Result<(), String> {
     // secret store (`PrivateKey::from_bytes`).
     let key = PrivateKey::from_entropy();
 
-    // The server learns its address first: tokens name it.
-    let addr = UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map_err(|e| e.to_string())?;
+    // The server binds once, to a port the system picks. Tokens name the server by its
+    // address: with no public address configured, it takes the one it bound. (Behind a
+    // load balancer or a NAT, give the address clients see in `SecureConfig::server`, or
+    // later with `Host::set_public_addresses`.)
     let mut config = HostConfig::default();
-    config.secure = Some(SecureConfig::server(key.clone(), vec![addr], Instant::now(), unix_now()));
-    let mut server_host = Host::bind(addr, config).map_err(|e| e.to_string())?;
+    config.secure = Some(SecureConfig::server(key.clone(), Vec::new(), Instant::now(), unix_now()));
+    let mut server_host = Host::bind("127.0.0.1:0", config).map_err(|e| e.to_string())?;
+    let addr = server_host.local_addr();
+    let named = server_host.core().config().secure.as_ref().map(|s| s.public_addresses.clone());
+    println!("server: bound {addr}; tokens must name {named:?}");
     let (report, reports) = mpsc::channel();
     let server_thread = thread::spawn(move || server(&mut server_host, &report));
 

@@ -199,12 +199,18 @@ fn config_error(e: ConfigError) -> io::Error {
 }
 
 impl Host {
-    fn new(addr: impl ToSocketAddrs, config: HostConfig, registry: Option<(&Registry, Token)>) -> io::Result<Self> {
+    /// A host on `socket`, which [`porous_udp::bind`] or [`porous_udp::adopt`] prepared.
+    fn new(
+        socket: std::net::UdpSocket,
+        mut config: HostConfig,
+        registry: Option<(&Registry, Token)>,
+    ) -> io::Result<Self> {
+        let local = socket.local_addr()?;
+        porous_udp::learn_public_address(&mut config, local);
         let rng = rand_core::UnwrapErr(getrandom::SysRng);
         let core = porous_proto::Host::new(config, rng).map_err(config_error)?;
-        let mut socket = UdpSocket::from_std(porous_udp::bind(addr)?);
+        let mut socket = UdpSocket::from_std(socket);
         let io = UdpIo::new(&socket, Batching::default())?;
-        let local = socket.local_addr()?;
         let poll = match registry {
             Some((registry, token)) => {
                 registry.register(&mut socket, token, Interest::READABLE | Interest::WRITABLE)?;
@@ -222,8 +228,47 @@ impl Host {
     /// A standalone host on a socket bound to `addr` (port 0 picks a free one; a name is
     /// resolved with the system resolver and the first address that binds is used), driven
     /// by [`Host::service`].
+    ///
+    /// A secure server ([`SecureConfig::server`]) may leave its public addresses empty:
+    /// bound to a specific address (such as `127.0.0.1:0`), it takes the bound address
+    /// with the port the system picked; otherwise tell it with
+    /// [`Host::set_public_addresses`].
     pub fn bind(addr: impl ToSocketAddrs, config: HostConfig) -> io::Result<Self> {
-        Self::new(addr, config, None)
+        config.validate().map_err(config_error)?;
+        Self::new(porous_udp::bind(addr)?, config, None)
+    }
+
+    /// A standalone host, driven by [`Host::service`], on a socket you bound yourself
+    /// (with options of your own, or handed over by a supervisor or a test). It is made
+    /// non-blocking and asked for buffers of at least [`SOCKET_BUFFER`] bytes, as
+    /// [`Host::bind`]'s own; an empty list of public addresses of a secure server is
+    /// learnt from its address as there.
+    ///
+    /// ```
+    /// use porous_mio::{Host, HostConfig};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    /// let address = socket.local_addr()?;
+    /// let host = Host::from_std(socket, HostConfig::default())?;
+    /// assert_eq!(host.local_addr(), address);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn from_std(socket: std::net::UdpSocket, config: HostConfig) -> io::Result<Self> {
+        config.validate().map_err(config_error)?;
+        Self::new(porous_udp::adopt(socket)?, config, None)
+    }
+
+    /// [`Host::from_std`] for your own event loop: the socket is registered with
+    /// `registry` under `token`, as [`Host::bind_with`] does.
+    pub fn from_std_with(
+        socket: std::net::UdpSocket,
+        config: HostConfig,
+        registry: &Registry,
+        token: Token,
+    ) -> io::Result<Self> {
+        config.validate().map_err(config_error)?;
+        Self::new(porous_udp::adopt(socket)?, config, Some((registry, token)))
     }
 
     /// A host on a socket bound to `addr`, registered with `registry` under `token` for your
@@ -235,7 +280,8 @@ impl Host {
         registry: &Registry,
         token: Token,
     ) -> io::Result<Self> {
-        Self::new(addr, config, Some((registry, token)))
+        config.validate().map_err(config_error)?;
+        Self::new(porous_udp::bind(addr)?, config, Some((registry, token)))
     }
 
     /// The socket's receive and send buffer sizes as the kernel granted them (see
@@ -247,6 +293,13 @@ impl Host {
     /// The address the socket is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Secure mode, on a server: the addresses connect tokens name it by, from now on; for
+    /// a server reached through a load balancer or a NAT, or bound to an unspecified
+    /// address. See [`porous_proto::Host::set_public_addresses`].
+    pub fn set_public_addresses(&mut self, addresses: Vec<SocketAddr>) -> Result<(), ConfigError> {
+        self.core.set_public_addresses(addresses)
     }
 
     /// The protocol core, to read (stats, configuration, peers).

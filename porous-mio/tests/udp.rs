@@ -265,3 +265,74 @@ fn bind_takes_the_same_address_forms_as_the_async_adapters() {
     let embedded = Host::bind_with("[::1]:0", HostConfig::default(), poll.registry(), Token(1)).unwrap();
     assert!(embedded.local_addr().is_ipv6());
 }
+
+/// A host made from a socket the application bound keeps that socket's address and works
+/// as a bound one, standalone and registered with the application's own poll.
+#[test]
+fn hosts_run_on_sockets_the_application_bound() {
+    let socket = std::net::UdpSocket::bind(any(false)).unwrap();
+    let address = socket.local_addr().unwrap();
+    let mut a = Host::from_std(socket, HostConfig::default()).unwrap();
+    assert_eq!(a.local_addr(), address);
+    let mut b = Host::from_std(std::net::UdpSocket::bind(any(false)).unwrap(), HostConfig::default()).unwrap();
+    let mut seen = Vec::new();
+    let (pa, _) = connect(&mut a, &mut b, &mut seen);
+    a.send(pa, 1, payload(7, 3000), SendMode::Reliable).unwrap();
+    pump(&mut a, &mut b, &mut seen, |s| received(s, 'b').get(&1).is_some_and(|v| v.len() == 1));
+    assert_eq!(received(&seen, 'b')[&1], [payload(7, 3000)]);
+
+    let poll = Poll::new().unwrap();
+    let socket = std::net::UdpSocket::bind(any(false)).unwrap();
+    let mut embedded = Host::from_std_with(socket, HostConfig::default(), poll.registry(), Token(9)).unwrap();
+    assert!(embedded.service(Duration::ZERO).is_err(), "an embedded host is driven by its owner's poll");
+    let mut bad = HostConfig::default();
+    bad.peer.mtu = 10;
+    let socket = std::net::UdpSocket::bind(any(false)).unwrap();
+    assert_eq!(Host::from_std(socket, bad).unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
+}
+
+/// A secure server bound once to port 0 is named by the port the system picked; one bound
+/// to an unspecified address refuses every token until it is told its address.
+#[test]
+fn a_secure_server_learns_or_is_told_its_address() {
+    use porous_mio::SecureConfig;
+    use porous_mio::token::{self, PrivateKey, TokenParams};
+
+    let key = PrivateKey::from_bytes([9; 32]);
+    let unix = 1_800_000_000;
+    let mut server_config = HostConfig::default();
+    server_config.secure = Some(SecureConfig::server(key.clone(), Vec::new(), Instant::now(), unix));
+    let mut client_config = HostConfig::default();
+    client_config.secure = Some(SecureConfig::client());
+    client_config.peer.connect_timeout = Duration::from_millis(300);
+    let token = |client_id: u64, at: SocketAddr| {
+        let params = TokenParams::new(client_id, vec![at], unix, Duration::from_secs(30));
+        token::generate_from_entropy(&key, &params).unwrap()
+    };
+    let connects = |server: &mut Host, client: &mut Host, at: SocketAddr, id: u64| -> bool {
+        let peer = client.connect_with_token(at, &token(id, at)).unwrap();
+        let mut seen = Vec::new();
+        pump(client, server, &mut seen, |s| {
+            s.iter().any(|(n, e)| {
+                *n == 'a'
+                    && matches!(e, Event::Connected { peer: p, .. } | Event::Disconnected { peer: p, .. } if *p == peer)
+            })
+        });
+        seen.iter().any(|(n, e)| *n == 'a' && matches!(e, Event::Connected { .. }))
+    };
+
+    let mut learnt = Host::bind(any(false), server_config.clone()).unwrap();
+    let at = learnt.local_addr();
+    let named = learnt.core().config().secure.as_ref().map(|s| s.public_addresses.clone());
+    assert_eq!(named, Some(vec![at]), "the bound address, with the port the system picked");
+    let mut client = Host::bind(any(false), client_config.clone()).unwrap();
+    assert!(connects(&mut learnt, &mut client, at, 1));
+
+    let mut untold = Host::bind("0.0.0.0:0".parse::<SocketAddr>().unwrap(), server_config).unwrap();
+    let at = SocketAddr::from(([127, 0, 0, 1], untold.local_addr().port()));
+    let mut client = Host::bind(any(false), client_config).unwrap();
+    assert!(!connects(&mut untold, &mut client, at, 2), "no address, no token names it");
+    assert!(untold.core().stats().wrong_server_tokens > 0);
+    untold.set_public_addresses(vec![at]).unwrap();
+    assert!(connects(&mut untold, &mut client, at, 3));
+}

@@ -307,6 +307,9 @@ pub struct HostConfig {
     pub secure: Option<SecureConfig>,
 }
 
+/// Most server addresses a token may name.
+pub const MAX_SERVER_ADDRESSES: usize = 32;
+
 /// The key a backend shares with its game servers; it seals the server part of every token
 /// ([`crate::token`]). Keep it secret: whoever has it can admit any client to those
 /// servers. Its `Debug` output hides it.
@@ -377,8 +380,14 @@ pub struct SecureConfig {
     /// The key shared with the backend that issues tokens; `None` on a host that only
     /// connects (it then ignores every connection request).
     pub private_key: Option<PrivateKey>,
-    /// The addresses this host is reachable at, as tokens name them: a token that names
-    /// none of them is refused. Required with a private key.
+    /// The addresses this host is reachable at, as tokens name them, at most
+    /// [`MAX_SERVER_ADDRESSES`]: a token that names
+    /// none of them is refused. A server that learns its address only once its socket is
+    /// bound (port 0, a load balancer) may leave it empty and call
+    /// [`Host::set_public_addresses`](crate::Host::set_public_addresses); until then it
+    /// refuses every token. The adapters (`porous-mio`, `porous-async`) fill an empty list
+    /// with the address they bound when that address is a specific one (not `0.0.0.0` or
+    /// `::`).
     pub public_addresses: Vec<SocketAddr>,
     /// The wall-clock time, in seconds since the Unix epoch, at an instant: token expiry is
     /// judged at `unix + (now - instant)`. Required with a private key.
@@ -469,9 +478,13 @@ pub enum ConfigError {
     ZeroDuration(&'static str),
     /// `initial_window` is 0.
     InitialWindow,
-    /// Secure mode: a server (with a private key) lacks public addresses or the Unix time,
-    /// or `token_memory` is zero (names what is missing).
+    /// Secure mode: a server (with a private key) lacks the Unix time, `token_memory` is
+    /// zero, or public addresses were set on a host that is not a secure server (names
+    /// what is wrong).
     Secure(&'static str),
+    /// Secure mode: more public addresses than a connect token can name
+    /// ([`MAX_SERVER_ADDRESSES`]).
+    PublicAddresses(usize),
 }
 
 impl core::fmt::Display for ConfigError {
@@ -502,6 +515,11 @@ impl core::fmt::Display for ConfigError {
             Self::ZeroDuration(name) => write!(f, "{name} must be longer than zero"),
             Self::InitialWindow => f.write_str("initial_window must be at least 1 datagram"),
             Self::Secure(what) => write!(f, "secure mode: {what}"),
+            Self::PublicAddresses(n) => write!(
+                f,
+                "secure mode: {n} public addresses, more than the {} a connect token names",
+                MAX_SERVER_ADDRESSES
+            ),
         }
     }
 }

@@ -462,9 +462,49 @@ impl Host {
         Self::new(config, rand_pcg::Pcg64Mcg::seed_from_u64(seed))
     }
 
-    /// The configuration.
+    /// The configuration (with the public addresses [`Host::set_public_addresses`] set).
     pub fn config(&self) -> &HostConfig {
         &self.config
+    }
+
+    /// Secure mode, on a server: the addresses connect tokens name this server by, from now
+    /// on (they replace [`SecureConfig::public_addresses`](crate::SecureConfig)). For a
+    /// server that learns its address after it is made: bound to port 0, or reached
+    /// through a load balancer or a NAT whose public address it learns later. Until a
+    /// server has an address, it refuses every token (counted in
+    /// [`HostStats::wrong_server_tokens`]); connections made already are not touched.
+    ///
+    /// ```
+    /// use std::time::{Instant, SystemTime, UNIX_EPOCH};
+    /// use porous_proto::token::PrivateKey;
+    /// use porous_proto::{Host, HostConfig, SecureConfig};
+    ///
+    /// let unix = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    /// let mut config = HostConfig::default();
+    /// // No address yet: the socket is not bound.
+    /// config.secure = Some(SecureConfig::server(PrivateKey::from_bytes([7; 32]), Vec::new(), Instant::now(), unix));
+    /// let mut server = Host::from_entropy(config)?;
+    /// let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    /// server.set_public_addresses(vec![socket.local_addr()?])?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// Fails with [`ConfigError::Secure`] on a host that is not a secure server (no
+    /// [`SecureConfig::private_key`](crate::SecureConfig)), and with
+    /// [`ConfigError::PublicAddresses`] for more addresses than a token can name
+    /// ([`MAX_SERVER_ADDRESSES`](crate::token::MAX_SERVER_ADDRESSES)).
+    pub fn set_public_addresses(&mut self, addresses: Vec<SocketAddr>) -> Result<(), ConfigError> {
+        if addresses.len() > crate::token::MAX_SERVER_ADDRESSES {
+            return Err(ConfigError::PublicAddresses(addresses.len()));
+        }
+        let Some(secure) = self.config.secure.as_mut() else {
+            return Err(ConfigError::Secure("public addresses are for a secure server (SecureConfig::server)"));
+        };
+        if !self.listener.set_public_addresses(addresses.clone()) {
+            return Err(ConfigError::Secure("public addresses are for a secure server (SecureConfig::server)"));
+        }
+        secure.public_addresses = addresses;
+        Ok(())
     }
 
     /// Records the time the caller gave, and returns it as the layers below count time.

@@ -88,8 +88,8 @@ impl HostConfig {
         }
         self.peer.validate()?;
         if let Some(s) = &self.secure {
-            if s.private_key.is_some() && s.public_addresses.is_empty() {
-                return Err(ConfigError::Secure("a server needs public_addresses, as its tokens name it"));
+            if s.public_addresses.len() > crate::config::MAX_SERVER_ADDRESSES {
+                return Err(ConfigError::PublicAddresses(s.public_addresses.len()));
             }
             if s.private_key.is_some() && s.unix_time.is_none() {
                 return Err(ConfigError::Secure("a server needs unix_time to judge token expiry"));

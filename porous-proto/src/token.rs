@@ -35,11 +35,9 @@ use crate::wire::codec::Reader;
 use crate::wire::secure::SecretKey;
 use crate::wire::{DecodeError, Field};
 
-pub use crate::config::PrivateKey;
+pub use crate::config::{MAX_SERVER_ADDRESSES, PrivateKey};
 pub use crate::event::TokenError;
 
-/// Most server addresses a token may name.
-pub const MAX_SERVER_ADDRESSES: usize = 32;
 /// Most bytes of user data a token may carry.
 pub const MAX_USER_DATA: usize = 256;
 /// Length of the 24-byte XChaCha20-Poly1305 nonce of a token's sealed part.

@@ -632,3 +632,59 @@ fn a_spoofed_request_with_another_valid_token_never_derails_a_handshake() {
         }
     }
 }
+
+/// A server made before it knows its address (bound to port 0, behind a load balancer)
+/// refuses every token until it is told, then admits tokens naming the address it was
+/// told and still refuses the others; the connections it made stay as they are. Only a
+/// secure server takes addresses, and no more than a token can name.
+#[test]
+fn a_server_told_its_address_after_it_was_made_admits_tokens_naming_it() {
+    let mut net = Net::new();
+    let mut config = server_config(net.now);
+    if let Some(s) = config.secure.as_mut() {
+        s.public_addresses.clear();
+    }
+    net.server = Host::new(config, rng(2)).unwrap();
+    let c = net.client.connect_with_token(net.now, server_addr(), &token_for(&params(5), 5)).unwrap();
+    net.run(300 * MS);
+    assert!(net.server_events.is_empty(), "{:?}", net.server_events);
+    assert!(net.server.stats().wrong_server_tokens > 0);
+    assert_eq!(net.server.stats().peers, 0);
+
+    net.server.set_public_addresses(vec![server_addr()]).unwrap();
+    assert_eq!(net.server.config().secure.as_ref().map(|s| s.public_addresses.clone()), Some(vec![server_addr()]));
+    net.run(2000 * MS);
+    assert!(net.client_events.iter().any(|e| matches!(e, Event::Connected { peer, .. } if *peer == c)));
+    let s = net.server_events.iter().find_map(|e| match e {
+        Event::Connected { peer, client_id, .. } => Some((*peer, *client_id)),
+        _ => None,
+    });
+    let (s, client_id) = s.expect("the server admitted the token once told its address");
+    assert_eq!(client_id, Some(5));
+    exchange(&mut net, (c, s), "told", 10);
+    expect_in_order(&net.received_by_server(), "told", 'c', 10);
+
+    // Moved elsewhere: tokens for the old address are refused, the connection goes on.
+    let refused_before = net.server.stats().wrong_server_tokens;
+    let elsewhere: SocketAddr = "198.51.100.7:5000".parse().unwrap();
+    net.server.set_public_addresses(vec![elsewhere]).unwrap();
+    let mut late = Host::new(client_config(), rng(11)).unwrap();
+    late.connect_with_token(net.now, server_addr(), &token_for(&params(6), 6)).unwrap();
+    late.step(net.now);
+    let request = late.poll_transmit().unwrap().payload;
+    net.server.handle_datagram(net.now, "10.0.0.3:4000".parse().unwrap(), &request);
+    assert_eq!(net.server.stats().wrong_server_tokens, refused_before + 1);
+    exchange(&mut net, (c, s), "still", 5);
+    expect_in_order(&net.received_by_server(), "still", 'c', 5);
+
+    // Only a secure server takes addresses, and at most a token's worth.
+    let mut plain = Host::new(HostConfig::default(), rng(12)).unwrap();
+    assert!(matches!(plain.set_public_addresses(vec![server_addr()]), Err(porous_proto::ConfigError::Secure(_))));
+    let mut client = Host::new(client_config(), rng(13)).unwrap();
+    assert!(matches!(client.set_public_addresses(vec![server_addr()]), Err(porous_proto::ConfigError::Secure(_))));
+    let too_many = vec![server_addr(); token::MAX_SERVER_ADDRESSES + 1];
+    assert_eq!(
+        net.server.set_public_addresses(too_many),
+        Err(porous_proto::ConfigError::PublicAddresses(token::MAX_SERVER_ADDRESSES + 1))
+    );
+}

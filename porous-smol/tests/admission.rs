@@ -6,8 +6,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use scenarios::{
-    a_secure_server_decides_on_token_holders, admission_errors_are_reported,
-    connect_data_admission_and_disconnect_codes,
+    a_secure_server_decides_on_token_holders, a_secure_server_learns_or_is_told_its_address,
+    admission_errors_are_reported, connect_data_admission_and_disconnect_codes,
 };
 
 /// What the shared scenarios use, from this crate and this runtime.
@@ -15,8 +15,8 @@ mod rt {
     use std::future::Future;
 
     pub(crate) use porous_smol::{
-        Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig, SendMode,
-        token,
+        Bytes, ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet,
+        SecureConfig, SendMode, token,
     };
 
     /// Spawns `task` on smol's global executor; awaiting the result gives its output.
@@ -50,4 +50,9 @@ fn admission_errors_are_reported_on_smol() {
 #[test]
 fn a_secure_server_decides_on_token_holders_on_smol() {
     run(a_secure_server_decides_on_token_holders());
+}
+
+#[test]
+fn a_secure_server_learns_or_is_told_its_address_on_smol() {
+    run(a_secure_server_learns_or_is_told_its_address());
 }

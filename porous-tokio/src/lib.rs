@@ -168,6 +168,19 @@ impl Host {
         porous_async::Host::bind_with(&runtime, addr, config).map(Self)
     }
 
+    /// A host on a socket you bound yourself (with options of your own, or handed over by
+    /// a supervisor or a test); see [`porous_async::Host::from_std_with`].
+    pub fn from_std(socket: std::net::UdpSocket, config: HostConfig) -> Result<Self, Error> {
+        let runtime = TokioRuntime::current().map_err(Error::Io)?;
+        porous_async::Host::from_std_with(&runtime, socket, config).map(Self)
+    }
+
+    /// Secure mode, on a server: the addresses connect tokens name it by, from now on; see
+    /// [`porous_async::Host::set_public_addresses`].
+    pub fn set_public_addresses(&self, addresses: Vec<SocketAddr>) -> Result<(), ConfigError> {
+        self.0.set_public_addresses(addresses)
+    }
+
     /// The address the socket is bound to (with the port the OS picked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.0.local_addr()

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use scenarios::{
-    a_secure_server_decides_on_token_holders, admission_errors_are_reported, bind,
-    connect_data_admission_and_disconnect_codes,
+    a_secure_server_decides_on_token_holders, a_secure_server_learns_or_is_told_its_address,
+    admission_errors_are_reported, bind, connect_data_admission_and_disconnect_codes,
 };
 
 /// What the shared scenarios use, from this crate and this runtime.
@@ -14,8 +14,8 @@ mod rt {
     use std::future::Future;
 
     pub(crate) use porous_tokio::{
-        Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig, SendMode,
-        token,
+        Bytes, ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet,
+        SecureConfig, SendMode, token,
     };
 
     /// Spawns `task` on the test's runtime; awaiting the result gives its output.
@@ -100,4 +100,14 @@ async fn undecided_requests_are_bounded_and_time_out() {
 #[tokio::test(flavor = "current_thread")]
 async fn undecided_requests_are_bounded_and_time_out_on_current_thread() {
     tokio::time::timeout(DEADLINE, undecided_requests_are_bounded_and_time_out()).await.expect("deadline");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_secure_server_learns_or_is_told_its_address_on_current_thread() {
+    tokio::time::timeout(DEADLINE, a_secure_server_learns_or_is_told_its_address()).await.expect("deadline");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secure_server_learns_or_is_told_its_address_on_multi_thread() {
+    tokio::time::timeout(DEADLINE, a_secure_server_learns_or_is_told_its_address()).await.expect("deadline");
 }

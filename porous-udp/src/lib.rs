@@ -126,13 +126,41 @@ impl<T: std::os::windows::io::AsSocket> AsSocketRef for T {
 /// [`std::net::UdpSocket::bind`] does; a name is resolved with the system resolver), and
 /// asks for buffers of [`SOCKET_BUFFER`] bytes.
 pub fn bind(addr: impl ToSocketAddrs) -> std::io::Result<UdpSocket> {
-    let socket = UdpSocket::bind(addr)?;
+    adopt(UdpSocket::bind(addr)?)
+}
+
+/// Prepares a socket the application bound itself (with options of its own, or handed
+/// over by a supervisor) as [`bind`] prepares its own: non-blocking, and buffers of at
+/// least [`SOCKET_BUFFER`] bytes asked for (larger ones are kept).
+pub fn adopt(socket: UdpSocket) -> std::io::Result<UdpSocket> {
     socket.set_nonblocking(true)?;
     let options = socket2::SockRef::from(&socket);
     // Best effort: a refusal leaves the default, which works, only with more losses.
-    let _ = options.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = options.set_send_buffer_size(SOCKET_BUFFER);
+    // Linux reports twice what was asked for, so a buffer asked for at SOCKET_BUFFER or
+    // more reads at least that.
+    if options.recv_buffer_size().is_ok_and(|n| n < SOCKET_BUFFER) {
+        let _ = options.set_recv_buffer_size(SOCKET_BUFFER);
+    }
+    if options.send_buffer_size().is_ok_and(|n| n < SOCKET_BUFFER) {
+        let _ = options.set_send_buffer_size(SOCKET_BUFFER);
+    }
     Ok(socket)
+}
+
+/// What an adapter learns from the address it bound: a secure server
+/// ([`SecureConfig::server`](porous_proto::SecureConfig::server)) configured without
+/// public addresses gets `local` as its one address when `local` is a specific address
+/// (not `0.0.0.0` or `::`), so that a server bound to port 0 is named by the port the
+/// system picked. Any other configuration is left as it is; a server reached at another
+/// address (a load balancer, a NAT) is told with `Host::set_public_addresses`.
+pub fn learn_public_address(config: &mut porous_proto::HostConfig, local: std::net::SocketAddr) {
+    if let Some(secure) = config.secure.as_mut()
+        && secure.private_key.is_some()
+        && secure.public_addresses.is_empty()
+        && !local.ip().is_unspecified()
+    {
+        secure.public_addresses.push(local);
+    }
 }
 
 /// The receive and send buffer sizes of `socket` as the kernel granted them (Linux

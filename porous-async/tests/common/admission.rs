@@ -5,8 +5,8 @@
 //! crate's types and its `spawn`, and runs each scenario under a deadline on its runtime.
 
 use crate::rt::{
-    Bytes, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig, SendMode,
-    spawn, token,
+    Bytes, ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig,
+    SendMode, spawn, token,
 };
 
 pub(crate) async fn bind(config: &HostConfig) -> Host {
@@ -123,11 +123,12 @@ pub(crate) async fn admission_errors_are_reported() {
 pub(crate) async fn a_secure_server_decides_on_token_holders() {
     let key = token::PrivateKey::from_bytes([0x42; 32]);
     let unix = 1_800_000_000;
-    // Tokens name the server's address: take a free port, then bind the server to it.
-    let addr = std::net::UdpSocket::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address");
+    // Tokens name the server's address: bound once to a port the system picks, with no
+    // public address configured, the server takes the address it bound.
     let mut server_config = manual();
-    server_config.secure = Some(SecureConfig::server(key.clone(), vec![addr], std::time::Instant::now(), unix));
-    let server = Host::bind(addr, server_config).await.expect("bind");
+    server_config.secure = Some(SecureConfig::server(key.clone(), Vec::new(), std::time::Instant::now(), unix));
+    let server = Host::bind("127.0.0.1:0", server_config).await.expect("bind");
+    let addr = server.local_addr();
     let mut client_config = HostConfig::default();
     client_config.secure = Some(SecureConfig::client());
     let (ada, eve) = (bind(&client_config).await, bind(&client_config).await);
@@ -175,4 +176,59 @@ pub(crate) async fn a_secure_server_decides_on_token_holders() {
     assert_eq!((to_server.client_id(), to_server.connect_data().len()), (None, 0));
     to_server.send(0, &b"hi"[..], SendMode::Reliable).unwrap();
     assert_eq!(to_ada.recv().await.unwrap(), Packet::new(0, SendMode::Reliable, "hi"));
+}
+
+/// A secure server bound to an unspecified address (`0.0.0.0`, as behind a load balancer)
+/// cannot tell which address tokens name it by: it refuses every token until it is told,
+/// then admits those naming the address it was told. A server on a socket the
+/// application bound learns a specific address as `bind` does.
+pub(crate) async fn a_secure_server_learns_or_is_told_its_address() {
+    let key = token::PrivateKey::from_bytes([0x24; 32]);
+    let unix = 1_800_000_000;
+    let now = std::time::Instant::now();
+    let mut server_config = HostConfig::default();
+    server_config.secure = Some(SecureConfig::server(key.clone(), Vec::new(), now, unix));
+    let server = Host::bind("0.0.0.0:0", server_config.clone()).await.expect("bind");
+    // Clients reach it on loopback: the address its tokens must name.
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.local_addr().port()));
+    let token = |client_id: u64| {
+        let params = token::TokenParams::new(client_id, vec![addr], unix, std::time::Duration::from_secs(30));
+        token::generate_from_entropy(&key, &params).expect("a token")
+    };
+    let mut client_config = HostConfig::default();
+    client_config.secure = Some(SecureConfig::client());
+    client_config.peer.connect_timeout = std::time::Duration::from_millis(300);
+    let client = bind(&client_config).await;
+    let untold = client.connect_with_token(addr, &token(1)).await;
+    assert!(matches!(untold, Err(Error::Failed(DisconnectReason::Timeout))), "{untold:?}");
+    assert!(server.stats().wrong_server_tokens > 0, "{:?}", server.stats());
+
+    server.set_public_addresses(vec![addr]).expect("a secure server takes addresses");
+    let accepting = spawn({
+        let server = server.clone();
+        async move { server.accept().await.expect("accept") }
+    });
+    let to_server = client.connect_with_token(addr, &token(2)).await.expect("connects once the server was told");
+    let to_client = accepting.await;
+    assert_eq!(to_client.client_id(), Some(2));
+    to_server.send(1, &b"told"[..], SendMode::Reliable).unwrap();
+    assert_eq!(to_client.recv().await.unwrap(), Packet::new(1, SendMode::Reliable, "told"));
+
+    // On a socket the application bound to a specific address, the address is learnt.
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let own = Host::from_std(socket, server_config).expect("a host on the socket");
+    let own_addr = own.local_addr();
+    let params = token::TokenParams::new(3, vec![own_addr], unix, std::time::Duration::from_secs(30));
+    let own_token = token::generate_from_entropy(&key, &params).expect("a token");
+    let accepting = spawn({
+        let own = own.clone();
+        async move { own.accept().await.expect("accept") }
+    });
+    let to_own = client.connect_with_token(own_addr, &own_token).await.expect("connects to the adopted socket");
+    assert_eq!(accepting.await.client_id(), Some(3));
+    drop(to_own);
+
+    // A plain host takes no addresses.
+    let plain = bind(&HostConfig::default()).await;
+    assert!(matches!(plain.set_public_addresses(vec![addr]), Err(ConfigError::Secure(_))));
 }

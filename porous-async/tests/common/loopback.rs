@@ -34,6 +34,7 @@ macro_rules! every_scenario {
             the_host_lists_its_peers_and_streams_who_joins_and_who_leaves,
             peer_counts_return_to_zero_once_the_clients_have_left,
             a_broadcast_reaches_every_peer_and_send_to_only_the_set,
+            hosts_run_on_sockets_the_application_bound,
         );
     };
 }
@@ -632,4 +633,25 @@ pub(crate) async fn a_broadcast_reaches_every_peer_and_send_to_only_the_set() {
     let refused = server.broadcast(9, &b"x"[..], SendMode::Reliable);
     assert_eq!(refused.len(), CLIENTS - 1, "{refused:?}");
     assert!(refused.iter().all(|(_, e)| matches!(e, SendError::NoSuchChannel { channel: 9, .. })));
+}
+
+/// A host can be made from a socket the application bound itself (quinn's
+/// `Endpoint::new` with a socket): it keeps that socket's address and works as a bound one.
+pub(crate) async fn hosts_run_on_sockets_the_application_bound() {
+    let config = HostConfig::default();
+    let server_socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let address = server_socket.local_addr().expect("address");
+    let server = Host::from_std(server_socket, config.clone()).expect("a server on the socket");
+    assert_eq!(server.local_addr(), address);
+    let client = Host::from_std(std::net::UdpSocket::bind("127.0.0.1:0").expect("bind"), config).expect("a client");
+    let accepting = spawn({
+        let server = server.clone();
+        async move { server.accept().await.expect("accept") }
+    });
+    let to_server = client.connect(address).await.expect("connect");
+    let to_client = accepting.await;
+    to_server.send(3, &b"own socket"[..], SendMode::Reliable).unwrap();
+    assert_eq!(to_client.recv().await.unwrap(), Packet::new(3, SendMode::Reliable, "own socket"));
+    to_client.send(0, vec![7; 5000], SendMode::Reliable).unwrap();
+    assert_eq!(to_server.recv().await.unwrap().data.len(), 5000);
 }

@@ -96,6 +96,14 @@ impl Listener {
         }
     }
 
+    /// Secure mode, on a server: tokens must name one of `addresses` from now on. False on
+    /// a host that takes no tokens.
+    pub(crate) fn set_public_addresses(&mut self, addresses: Vec<SocketAddr>) -> bool {
+        let Some(gate) = self.gate.as_mut() else { return false };
+        gate.set_addresses(addresses);
+        true
+    }
+
     /// Secure mode: verifies a sealed request's token and seal (see `tokens`), counting
     /// what fails. `None` on a host that takes no requests (no private key).
     pub(crate) fn open_sealed(

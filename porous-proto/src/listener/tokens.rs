@@ -78,6 +78,11 @@ impl TokenGate {
         }
     }
 
+    /// Tokens must name one of `addresses` from now on.
+    pub(crate) fn set_addresses(&mut self, addresses: Vec<SocketAddr>) {
+        self.addresses = addresses;
+    }
+
     /// Verifies a sealed request from `from` at `now`.
     pub(crate) fn open(&self, now: Instant, from: SocketAddr, datagram: &[u8]) -> Result<Admitted, Refused> {
         let sealed = SealedRequest::split(datagram).map_err(Refused::Malformed)?;
