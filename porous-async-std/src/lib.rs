@@ -52,17 +52,12 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::time::Instant;
 
-#[cfg(feature = "fault-injection")]
-pub use porous_async::Faults;
 use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
-use porous_async::runtime::{AsyncTimer, AsyncUdpSocket, Runtime};
-pub use porous_async::{
-    ACCEPT_BACKLOG, AdmissionError, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE,
-    DeliveryStats, DisconnectReason, Disconnected, EVENT_QUEUE, Error, Event, Events, HostConfig, HostEvent, HostStats,
-    Incoming, MemoryUsage, Mismatch, Packet, Peer, PeerConfig, PeerId, PeerInfo, PeerState, PeerStats, Priority,
-    SOCKET_BUFFER, SecureConfig, SendError, SendMode, SequenceStart, SocketStats, TransferStats, Transmit, proto,
-    token,
-};
+use porous_async::runtime::{AsyncTimer, AsyncUdpSocket};
+// Everything of porous-async (and through it porous-proto's root and the socket layer's
+// vocabulary) but its `Host`, which this crate's shadows: the same names in every
+// adapter, and whatever the core adds.
+pub use porous_async::*;
 
 /// The async-std runtime for [`porous_async`]: drivers spawned with
 /// `async_std::task::spawn`, sockets and timers on the `async-io` reactor. [`Host::bind`]
@@ -140,7 +135,7 @@ impl Host {
     /// [`Peer::connect_data`] or [`Incoming::data`]; see
     /// [`porous_async::Host::connect_with`]. A rejection fails with [`Error::Failed`] and
     /// [`DisconnectReason::Rejected`], carrying the remote application's code.
-    pub async fn connect_with(&self, remote: SocketAddr, data: impl Into<Bytes>) -> Result<Peer, Error> {
+    pub async fn connect_with(&self, remote: SocketAddr, data: &[u8]) -> Result<Peer, Error> {
         self.0.connect_with(remote, data).await
     }
 

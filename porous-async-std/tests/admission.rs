@@ -15,8 +15,8 @@ mod rt {
     use std::future::Future;
 
     pub(crate) use porous_async_std::{
-        Bytes, ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet,
-        SecureConfig, SendMode, token,
+        ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig,
+        SendMode, token,
     };
 
     /// Spawns `task`; awaiting the result gives its output.

@@ -261,8 +261,8 @@ impl Host {
     ///
     /// If the remote's application rejects the request ([`Incoming::reject`]), this fails
     /// with [`Error::Failed`] and [`DisconnectReason::Rejected`], carrying its code.
-    pub async fn connect_with(&self, remote: SocketAddr, data: impl Into<Bytes>) -> Result<Peer, Error> {
-        self.connect_inner(remote, Opening::Data(data.into())).await
+    pub async fn connect_with(&self, remote: SocketAddr, data: &[u8]) -> Result<Peer, Error> {
+        self.connect_inner(remote, Opening::Data(Bytes::copy_from_slice(data))).await
     }
 
     /// Secure mode ([`HostConfig::secure`](porous_proto::HostConfig::secure)): connects to

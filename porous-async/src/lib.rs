@@ -224,18 +224,16 @@ pub mod runtime;
 use std::fmt;
 use std::io;
 
-// The vocabulary every adapter re-exports, so that no application needs porous-proto or
-// bytes in its own Cargo.toml.
-pub use bytes::Bytes;
 pub use connections::{EVENT_QUEUE, Events, HostEvent, PeerInfo};
 pub use handle::{Host, Incoming, Peer};
-/// The protocol core, for what the re-exports above do not cover.
+// The vocabulary every adapter re-exports: everything at porous-proto's root (`Bytes`, the
+// configuration, events, errors, stats, `PeerMap`, the `token`, `wire` and `seq`
+// modules) and the socket layer's own, so that no application needs porous-proto or
+// bytes in its Cargo.toml. The glob takes whatever the core adds; this crate's `Host`
+// shadows the core's, which is `proto::Host`.
+/// The protocol core itself (its `Host` is `proto::Host`).
 pub use porous_proto as proto;
-pub use porous_proto::{
-    AdmissionError, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats,
-    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SecureConfig, SendError, SendMode,
-    SequenceStart, TransferStats, Transmit, token,
-};
+pub use porous_proto::*;
 #[cfg(feature = "fault-injection")]
 pub use porous_udp::Faults;
 pub use porous_udp::{Batching, SOCKET_BUFFER, SocketStats};

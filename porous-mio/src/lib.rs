@@ -154,16 +154,14 @@ use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Registry, Token};
 use porous_udp::{AsSocketRef, RecvBackoff, UdpIo};
 
-// The vocabulary every adapter re-exports, so that no application needs porous-proto or
-// bytes in its own Cargo.toml.
-pub use bytes::Bytes;
-/// The protocol core, for what the re-exports above do not cover.
+// The vocabulary every adapter re-exports: everything at porous-proto's root (`Bytes`, the
+// configuration, events, errors, stats, `PeerMap`, the `token`, `wire` and `seq`
+// modules) and the socket layer's own, so that no application needs porous-proto or
+// bytes in its Cargo.toml. The glob takes whatever the core adds; this crate's `Host`
+// shadows the core's, which is `proto::Host`.
+/// The protocol core itself (its `Host` is `proto::Host`).
 pub use porous_proto as proto;
-pub use porous_proto::{
-    AdmissionError, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats,
-    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerState, PeerStats, Priority, SecureConfig, SendError, SendMode,
-    SequenceStart, TransferStats, Transmit, token,
-};
+pub use porous_proto::*;
 #[cfg(feature = "fault-injection")]
 pub use porous_udp::Faults;
 pub use porous_udp::{Batching, SOCKET_BUFFER, SocketStats};
@@ -391,8 +389,15 @@ impl Host {
     }
 
     /// Queues a packet; it leaves at the next [`Host::flush`], [`Host::process`] or
-    /// [`Host::service`].
-    pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+    /// [`Host::service`]. `data` is anything that converts into [`Bytes`] without a copy
+    /// (`Bytes`, `Vec<u8>`, `String`, `&'static [u8]`...), as everywhere in POROUS.
+    pub fn send(
+        &mut self,
+        peer: PeerId,
+        channel: usize,
+        data: impl Into<Bytes>,
+        mode: SendMode,
+    ) -> Result<(), SendError> {
         self.core.send(peer, channel, data, mode)
     }
 

@@ -954,7 +954,23 @@ impl Host {
     /// unreliable packet's deadline
     /// ([`ChannelConfig::unreliable_deadline`](crate::ChannelConfig::unreliable_deadline))
     /// counts from that step, or from an earlier [`Host::handle_datagram`].
-    pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+    ///
+    /// `data` is anything that converts into [`Bytes`] without a copy: `Bytes`, `Vec<u8>`,
+    /// `String`, `Box<[u8]>`, `&'static [u8]` or `&'static str` (a borrowed slice:
+    /// `Bytes::copy_from_slice`). The host keeps it as it is until acknowledged; the same
+    /// `Bytes` sent to many peers is shared, not copied.
+    #[inline]
+    pub fn send(
+        &mut self,
+        peer: PeerId,
+        channel: usize,
+        data: impl Into<Bytes>,
+        mode: SendMode,
+    ) -> Result<(), SendError> {
+        self.send_bytes(peer, channel, data.into(), mode)
+    }
+
+    fn send_bytes(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
         // One lookup of the slot for the check, the send and the mark: a send is per
         // message.
         let slot = self.slots.of_mut(peer).ok_or(SendError::UnknownPeer)?;

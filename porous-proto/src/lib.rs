@@ -56,6 +56,10 @@ pub mod token;
 mod transfer;
 pub mod wire;
 
+/// The buffer type of every payload: what [`Host::send`] takes (anything `Into<Bytes>`)
+/// and what [`Event::Received`] and [`Transmit`] carry. Re-exported so that no
+/// application needs `bytes` in its own `Cargo.toml`.
+pub use bytes::Bytes;
 pub use config::{
     ChannelConfig, ConfigError, CongestionControl, DEFAULT_UNRELIABLE_DEADLINE, HostConfig, PeerConfig, Priority,
     SecureConfig, SequenceStart,

@@ -47,17 +47,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-#[cfg(feature = "fault-injection")]
-pub use porous_async::Faults;
 use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
-use porous_async::runtime::{AsyncTimer, AsyncUdpSocket, Runtime};
-pub use porous_async::{
-    ACCEPT_BACKLOG, AdmissionError, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE,
-    DeliveryStats, DisconnectReason, Disconnected, EVENT_QUEUE, Error, Event, Events, HostConfig, HostEvent, HostStats,
-    Incoming, MemoryUsage, Mismatch, Packet, Peer, PeerConfig, PeerId, PeerInfo, PeerState, PeerStats, Priority,
-    SOCKET_BUFFER, SecureConfig, SendError, SendMode, SequenceStart, SocketStats, TransferStats, Transmit, proto,
-    token,
-};
+use porous_async::runtime::{AsyncTimer, AsyncUdpSocket};
+// Everything of porous-async (and through it porous-proto's root and the socket layer's
+// vocabulary) but its `Host`, which this crate's shadows: the same names in every
+// adapter, and whatever the core adds.
+pub use porous_async::*;
 
 /// The smol runtime for [`porous_async`]: drivers spawned on smol's global executor (which
 /// runs on its own threads) or on an executor of yours, sockets and timers on the
@@ -152,7 +147,7 @@ impl Host {
     /// [`Peer::connect_data`] or [`Incoming::data`]; see
     /// [`porous_async::Host::connect_with`]. A rejection fails with [`Error::Failed`] and
     /// [`DisconnectReason::Rejected`], carrying the remote application's code.
-    pub async fn connect_with(&self, remote: SocketAddr, data: impl Into<Bytes>) -> Result<Peer, Error> {
+    pub async fn connect_with(&self, remote: SocketAddr, data: &[u8]) -> Result<Peer, Error> {
         self.0.connect_with(remote, data).await
     }
 

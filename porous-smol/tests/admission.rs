@@ -15,8 +15,8 @@ mod rt {
     use std::future::Future;
 
     pub(crate) use porous_smol::{
-        Bytes, ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet,
-        SecureConfig, SendMode, token,
+        ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig,
+        SendMode, token,
     };
 
     /// Spawns `task` on smol's global executor; awaiting the result gives its output.

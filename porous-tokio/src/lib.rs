@@ -53,16 +53,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
-#[cfg(feature = "fault-injection")]
-pub use porous_async::Faults;
-use porous_async::runtime::{AsSocketRef, AsyncTimer, AsyncUdpSocket, Interest, Runtime, SocketRef};
-pub use porous_async::{
-    ACCEPT_BACKLOG, AdmissionError, Batching, Bytes, ChannelConfig, ConfigError, ConnectError, DELIVERY_QUEUE,
-    DeliveryStats, DisconnectReason, Disconnected, EVENT_QUEUE, Error, Event, Events, HostConfig, HostEvent, HostStats,
-    Incoming, MemoryUsage, Mismatch, Packet, Peer, PeerConfig, PeerId, PeerInfo, PeerState, PeerStats, Priority,
-    SOCKET_BUFFER, SecureConfig, SendError, SendMode, SequenceStart, SocketStats, TransferStats, Transmit, proto,
-    token,
-};
+use porous_async::runtime::{AsSocketRef, AsyncTimer, AsyncUdpSocket, Interest, SocketRef};
+// Everything of porous-async (and through it porous-proto's root and the socket layer's
+// vocabulary) but its `Host`, which this crate's shadows: the same names in every
+// adapter, and whatever the core adds.
+pub use porous_async::*;
 
 /// The tokio runtime for [`porous_async`]: drivers spawned on a runtime's handle, sockets
 /// on its IO driver, timers on its time driver. [`Host::bind`] uses the current runtime;
@@ -207,7 +202,7 @@ impl Host {
     /// [`Peer::connect_data`] or [`Incoming::data`]; see
     /// [`porous_async::Host::connect_with`]. A rejection fails with [`Error::Failed`] and
     /// [`DisconnectReason::Rejected`], carrying the remote application's code.
-    pub async fn connect_with(&self, remote: SocketAddr, data: impl Into<Bytes>) -> Result<Peer, Error> {
+    pub async fn connect_with(&self, remote: SocketAddr, data: &[u8]) -> Result<Peer, Error> {
         self.0.connect_with(remote, data).await
     }
 

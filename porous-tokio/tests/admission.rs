@@ -14,8 +14,8 @@ mod rt {
     use std::future::Future;
 
     pub(crate) use porous_tokio::{
-        Bytes, ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet,
-        SecureConfig, SendMode, token,
+        ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig,
+        SendMode, token,
     };
 
     /// Spawns `task` on the test's runtime; awaiting the result gives its output.
@@ -73,7 +73,7 @@ async fn undecided_requests_are_bounded_and_time_out() {
     let mut attempts = Vec::new();
     for i in 0..4u8 {
         let client = bind(&config).await;
-        attempts.push(spawn(async move { client.connect_with(addr, vec![i]).await.map(drop) }));
+        attempts.push(spawn(async move { client.connect_with(addr, &[i]).await.map(drop) }));
     }
     for attempt in attempts {
         let result = attempt.await;

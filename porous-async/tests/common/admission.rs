@@ -5,8 +5,8 @@
 //! crate's types and its `spawn`, and runs each scenario under a deadline on its runtime.
 
 use crate::rt::{
-    Bytes, ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig,
-    SendMode, spawn, token,
+    ConfigError, ConnectError, DisconnectReason, Disconnected, Error, Host, HostConfig, Packet, SecureConfig, SendMode,
+    spawn, token,
 };
 
 pub(crate) async fn bind(config: &HostConfig) -> Host {
@@ -52,7 +52,7 @@ pub(crate) async fn connect_data_admission_and_disconnect_codes() {
         let mallory = mallory.clone();
         async move { mallory.connect_with(addr, &b"v0 ticket:forged"[..]).await }
     });
-    let to_server = alice.connect_with(addr, b"v1 ticket:alice".to_vec()).await.expect("alice connects");
+    let to_server = alice.connect_with(addr, b"v1 ticket:alice").await.expect("alice connects");
     let to_alice = deciding.await;
     match refused.await {
         Err(Error::Failed(reason)) => assert_eq!(reason, DisconnectReason::rejected(403)),
@@ -78,7 +78,7 @@ pub(crate) async fn connect_data_admission_and_disconnect_codes() {
             request.accept().await.expect("admitted")
         }
     });
-    let to_server = bob.connect_with(addr, Bytes::from_static(b"v1 bob")).await.expect("bob connects");
+    let to_server = bob.connect_with(addr, b"v1 bob").await.expect("bob connects");
     let to_bob = deciding.await;
     assert_eq!(&to_bob.connect_data()[..], b"v1 bob");
     assert_eq!(to_server.disconnect_with(42).await, DisconnectReason::Local);
@@ -102,7 +102,7 @@ pub(crate) async fn admission_errors_are_reported() {
     let (server, client) = (bind(&HostConfig::default()).await, bind(&HostConfig::default()).await);
     assert!(matches!(server.incoming().await, Err(Error::ManualAcceptOff)));
     let max = HostConfig::default().peer.max_connect_data();
-    let too_large = client.connect_with(server.local_addr(), vec![0; max + 1]).await;
+    let too_large = client.connect_with(server.local_addr(), &vec![0; max + 1]).await;
     assert!(
         matches!(too_large, Err(Error::Connect(ConnectError::DataTooLarge { size, max: m, .. })) if size == max + 1 && m == max),
         "{too_large:?}"
