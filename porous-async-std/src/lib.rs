@@ -45,6 +45,7 @@
 //! async-std itself runs on. The handles' futures run under any executor,
 //! `smol::block_on` included (a test proves it).
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::future::Future;
 use std::io;

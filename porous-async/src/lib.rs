@@ -212,6 +212,7 @@
 //! 64 ms ([`porous_udp::RecvBackoff`]) instead of spinning. A send error drops only the
 //! datagrams to that destination.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod connections;

@@ -63,6 +63,7 @@
 //!
 //! - `sim`: the [`sim`] module.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 #[cfg(feature = "sim")]

@@ -144,6 +144,7 @@
 //! # }
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io;

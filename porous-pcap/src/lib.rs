@@ -44,6 +44,7 @@
 //!
 //! [pcapng]: https://datatracker.ietf.org/doc/draft-ietf-opsawg-pcapng/
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod frame;

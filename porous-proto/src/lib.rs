@@ -7,7 +7,8 @@
 //! produces datagrams and events; it never touches a socket, a clock, a thread or a
 //! global, and its randomness is injected. The same inputs give byte-identical outputs,
 //! which is what makes deterministic simulation tests, fuzzing and fixed-step engine loops
-//! possible. `porous-mio` and `porous-async-std` bind it to real sockets.
+//! possible. The adapters bind it to real sockets: `porous-mio`, and `porous-async` with
+//! `porous-tokio`, `porous-smol` and `porous-async-std`.
 //!
 //! # Using it
 //!
@@ -22,7 +23,12 @@
 //! - `os-random` (default): [`Host::from_entropy`], through `getrandom`. Without it the
 //!   crate needs nothing of the platform; inject a generator with [`Host::new`].
 //! - `sim`: the deterministic network simulator, `porous_proto::sim`.
-//! - `arbitrary`: `arbitrary::Arbitrary` for wire types, and the fuzz targets' bodies.
+//! - `arbitrary`: `arbitrary::Arbitrary` for wire types, and the fuzzing hooks
+//!   (`porous_proto::fuzzing`: the fuzz targets' bodies); it enables `sim`.
+//!
+//! `cargo doc --workspace --no-deps --all-features --open` documents every feature's items,
+//! the simulator and the fuzzing hooks included, as docs.rs does (which also marks each
+//! with its feature).
 //!
 //! # Inside
 //!
@@ -72,7 +78,7 @@ pub use peer_map::PeerMap;
 pub use stats::{CongestionMode, CongestionStats, HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};
 
 #[cfg(any(test, feature = "arbitrary"))]
-#[doc(hidden)]
+#[cfg_attr(docsrs, doc(cfg(feature = "arbitrary")))]
 pub mod fuzzing;
 
 /// The README's examples, compiled as doctests so they stay true.

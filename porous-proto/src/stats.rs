@@ -115,13 +115,31 @@ pub struct PeerStats {
     pub state: PeerState,
     /// The peer's address.
     pub remote: SocketAddr,
-    /// Smoothed round-trip time.
+    /// Smoothed round-trip time: RFC 6298's average (spec §3.1.3) of samples from the
+    /// handshake, from echoes of pings and from acknowledgements of frames sent once
+    /// (Karn's rule). A sample runs from the `now` of the call that produced the datagram
+    /// ([`Host::step`](crate::Host::step)) to the `now` of the
+    /// [`Host::handle_datagram`](crate::Host::handle_datagram) that brought its answer, so
+    /// it includes both directions of the path, the time the datagrams waited in either
+    /// side's socket buffers, and both applications' loop latency: how long this side took
+    /// to send what `step` produced and to hand in what arrived, and how long the peer
+    /// took to answer (its step interval).
+    ///
+    /// It excludes the peer's acknowledgement delay: the time the peer reports it held an
+    /// acknowledgement on purpose, waiting for data of its own to carry it (reported in
+    /// 32 µs units, [`wire::ACK_DELAY_UNIT`](crate::wire::ACK_DELAY_UNIT); at most 25 ms
+    /// is held), which is taken off the sample, unless what is left would be shorter than
+    /// the smallest round trip seen (so a peer cannot shrink the estimate by claiming
+    /// long holds). Before the first sample it is the spec's 200 ms.
     pub rtt: Duration,
-    /// Round-trip time variation.
+    /// Round-trip time variation (RFC 6298's `RTTVAR`), of the same samples as `rtt`.
     pub rttvar: Duration,
-    /// The latest round-trip sample.
+    /// The latest round-trip sample, as `rtt` counts it (the peer's reported hold taken
+    /// off).
     pub latest_rtt: Duration,
-    /// Resend timeout.
+    /// Resend timeout: how long a frame waits for its acknowledgement before it counts as
+    /// lost; it adds to `rtt` a margin for its variation and for the peer's holds
+    /// (`docs/protocol.md`, Round-trip time and pings).
     pub rto: Duration,
     /// Congestion window, bytes.
     pub cwnd: usize,

@@ -45,6 +45,7 @@
 //! `cargo run -p porous-tokio --example tokio_echo` runs an echo server and a client in one
 //! program.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::future::Future;
 use std::io;

@@ -62,6 +62,7 @@
 //! last socket is dropped. [`UdpIo::set_capture`] does the same from code, for any
 //! recorder.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod backoff;
