@@ -51,7 +51,6 @@ use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
-use std::time::Instant;
 
 use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
 use porous_async::runtime::{AsyncTimer, AsyncUdpSocket};

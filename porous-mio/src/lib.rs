@@ -149,7 +149,7 @@
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Registry, Token};

@@ -63,6 +63,9 @@ impl Arena {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     /// Writes `count` slices of 1,000 bytes, returning where each landed; keeps them in

@@ -20,7 +20,8 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 /// Smallest datagram size a connection may negotiate ([`PeerConfig::mtu`]).
 pub const MIN_MTU: usize = 128;

@@ -28,7 +28,8 @@ use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, Hasher as _};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use bytes::Bytes;
 use siphasher::sip::SipHasher13;
@@ -1184,6 +1185,9 @@ impl Host {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::{Slot, Slots};
 
     /// Most bytes a [`Slot`] may take. A server's tick goes through its peers' slots in

@@ -20,8 +20,17 @@
 //!
 //! # Features
 //!
-//! - `os-random` (default): [`Host::from_entropy`], through `getrandom`. Without it the
-//!   crate needs nothing of the platform; inject a generator with [`Host::new`].
+//! - `os-random` (default): [`Host::from_entropy`], through `getrandom` (in a browser,
+//!   `crypto.getRandomValues`). Without it the crate needs nothing of the platform;
+//!   inject a generator with [`Host::new`].
+//!
+//! # On the web
+//!
+//! The crate builds for `wasm32-unknown-unknown`: time is given as [`Instant`] (std's on
+//! native targets, `web-time`'s in a browser), `from_entropy` draws from the browser's
+//! generator, and secure mode seals with RustCrypto's ChaCha20-Poly1305 instead of ring's
+//! (which needs clang to compile for wasm32). `porous-web` runs it in a browser over
+//! WebTransport.
 //! - `sim`: the deterministic network simulator, `porous_proto::sim`.
 //! - `arbitrary`: `arbitrary::Arbitrary` for wire types, and the fuzzing hooks
 //!   (`porous_proto::fuzzing`: the fuzz targets' bodies); it enables `sim`.
@@ -76,6 +85,12 @@ pub use event::{
 pub use host::Host;
 pub use peer_map::PeerMap;
 pub use stats::{CongestionMode, CongestionStats, HostStats, MemoryUsage, PeerState, PeerStats, TransferStats};
+/// The time every call that changes state is given (`now`): on every target but the web
+/// this is `std::time::Instant` itself, so native callers pass std's; on
+/// `wasm32-unknown-unknown`, where std's cannot be obtained, it is `web-time`'s, read
+/// from `performance.now()` (the one Bevy, winit and egui use there). The core never reads
+/// it: it only compares the instants it is given and adds durations to them.
+pub use web_time::Instant;
 
 #[cfg(any(test, feature = "arbitrary"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "arbitrary")))]

@@ -155,6 +155,9 @@ const FIXED_SLACK: usize = 16 << 10;
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use std::time::Duration;
 
     use super::*;

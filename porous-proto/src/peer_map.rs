@@ -142,6 +142,9 @@ impl<T> PeerMap<T> {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     fn id(index: u32, generation: u32) -> PeerId {

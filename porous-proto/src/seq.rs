@@ -189,6 +189,9 @@ impl SeqSpace {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use quickcheck::quickcheck;
 

@@ -16,7 +16,8 @@
 use std::fmt;
 use std::num::NonZeroU64;
 use std::ops::{Add, AddAssign, Sub};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 /// Nanoseconds since the host's epoch (negative before it), from `i64::MIN + 1` to
 /// `i64::MAX`. Kept with the sign bit flipped, as a non-zero `u64`: that order is the
@@ -65,8 +66,9 @@ impl Time {
     }
 
     /// The instant this time stands for, given the `epoch` it counts from (saturating at
-    /// the ends of `Instant`'s range, which on every platform Rust supports lie far beyond
-    /// 292 years from any instant a program is given).
+    /// the ends of `Instant`'s range, which on native platforms lie far beyond 292 years
+    /// from any instant a program is given; on the web an `Instant` cannot be before the
+    /// page loaded, and a time before that gives the epoch, which is past anyway).
     pub(crate) fn instant(self, epoch: Instant) -> Instant {
         let n = self.nanos();
         let d = Duration::from_nanos(n.unsigned_abs());
@@ -126,13 +128,17 @@ impl Sub for Time {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use quickcheck::quickcheck;
 
     use super::*;
 
     #[test]
     fn a_time_gives_back_its_instant() {
-        let epoch = Instant::now() + Duration::from_secs(3600);
+        // Two days ahead: on the web an `Instant` cannot be before the page loaded.
+        let epoch = Instant::now() + Duration::from_secs(2 * 86_400);
         for d in [0, 1, 999_999_999, 1_000_000_000, 86_400_123_456_789] {
             let d = Duration::from_nanos(d);
             for t in [epoch + d, epoch - d] {

@@ -461,6 +461,9 @@ impl VerifiedToken {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     fn rng() -> rand_pcg::Pcg64Mcg {

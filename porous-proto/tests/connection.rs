@@ -2,6 +2,9 @@
 //! open, refusals, stale connections, disconnection (Figure 3), timeouts, the
 //! disconnected -> zombie -> deleted path, send errors, and byte-identical replay.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 mod support;
 
 use std::time::Duration;
@@ -463,7 +466,7 @@ fn the_same_inputs_and_seed_give_byte_identical_transmits() {
 #[test]
 fn a_seeded_host_repeats_itself_and_an_entropy_host_does_not() {
     use porous_proto::Host;
-    let now = std::time::Instant::now();
+    let now = porous_proto::Instant::now();
     let first_request = |mut host: Host| {
         host.connect(now, "10.0.0.9:9000".parse().unwrap()).unwrap();
         host.step(now);

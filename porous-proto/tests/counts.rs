@@ -34,6 +34,9 @@
 //! The transfer layer's own counters (frames lost against frames sent and acknowledged)
 //! are tested beside it; this file is about the host's table and the connections' life.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;

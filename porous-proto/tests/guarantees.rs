@@ -20,6 +20,9 @@
 //!
 //! Set `POROUS_QC_TESTS` to run more cases than the default (in both modes).
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 mod support;
 
 use std::collections::BTreeMap;

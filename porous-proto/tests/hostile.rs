@@ -2,8 +2,12 @@
 //! connect floods from spoofed addresses, amplification, blind spoofing, optimistic
 //! acknowledgements, and memory exhaustion by an authenticated but hostile peer.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+use porous_proto::Instant;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use porous_proto::sim::seeded_rng;

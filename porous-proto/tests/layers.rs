@@ -9,6 +9,8 @@
 //! `super::` that climbs to the crate root, or a name the crate root re-exports), and fails
 //! on any import the table does not allow. So a new import that runs up the layers fails
 //! here, and so does a table that no longer matches the tree.
+// It reads the repository's files: not on the web (docs/architecture.md, Testing).
+#![cfg(not(target_family = "wasm"))]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

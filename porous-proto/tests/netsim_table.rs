@@ -3,11 +3,15 @@
 //! regressions show in review. `cargo bench -p porous-proto --bench netsim` rewrites it
 //! with the rest of the document; `POROUS_BLESS=1` here rewrites this table alone.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 #[path = "../benches/netsim/workloads.rs"]
 #[allow(dead_code)]
 mod workloads;
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "reads the snapshot from the file system")]
 fn simulated_figures_match_the_snapshot() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/simulated.md");
     let doc = std::fs::read_to_string(path).expect("docs/simulated.md exists");

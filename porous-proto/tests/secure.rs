@@ -4,8 +4,12 @@
 //! is counted and dropped, none reaches a channel, nothing panics, and the honest
 //! connection goes on.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+use porous_proto::Instant;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use porous_proto::sim::{LinkConditions, Network, seeded_rng};

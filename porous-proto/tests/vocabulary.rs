@@ -4,6 +4,8 @@
 //! porous-async-std). Here it compiles against porous-proto itself, and this test holds
 //! the program to everything public at the root of `src/lib.rs`, so that a name added
 //! there is added to every adapter's test too.
+// It reads the repository's files: not on the web (docs/architecture.md, Testing).
+#![cfg(not(target_family = "wasm"))]
 
 use porous_proto as adapter;
 

@@ -2,6 +2,9 @@
 //! the encoder's real output; this test fails when the document and the encoder disagree.
 //! Run with `POROUS_BLESS=1` to rewrite the generated sections of the document.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -266,6 +269,7 @@ fn overhead_targets_hold() {
 }
 
 #[test]
+#[cfg_attr(target_family = "wasm", ignore = "reads the document from the file system")]
 fn wire_format_doc_matches_the_encoder() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/wire-format.md");
     let doc = std::fs::read_to_string(path).expect("docs/wire-format.md exists");

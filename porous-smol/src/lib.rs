@@ -46,7 +46,6 @@ use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
 use porous_async::runtime::async_io::{AsyncIoSocket, AsyncIoTimer};
 use porous_async::runtime::{AsyncTimer, AsyncUdpSocket};

@@ -52,7 +52,6 @@ use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
 
 use porous_async::runtime::{AsSocketRef, AsyncTimer, AsyncUdpSocket, Interest, SocketRef};
 // Everything of porous-async (and through it porous-proto's root and the socket layer's

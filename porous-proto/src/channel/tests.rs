@@ -1,6 +1,9 @@
 //! Sequencing layer tests: the spec's figures with small windows, and properties over
 //! arbitrary delivery orders, losses, duplications, memory limits and id wrap.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 use std::collections::BTreeSet;
 
 use bytes::Bytes;

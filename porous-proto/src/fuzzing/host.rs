@@ -35,7 +35,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::{Bytes, BytesMut};
@@ -1041,6 +1042,9 @@ fn forged_message<'f>(m: &ForgedMessage, bases: &[u32], filler: &'f [u8]) -> Mes
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use crate::sim::SplitMix64;
 
@@ -1076,6 +1080,7 @@ mod tests {
 
     /// Inputs the fuzzer once failed on, kept in `fuzz/regressions/host/`.
     #[test]
+    #[cfg_attr(target_family = "wasm", ignore = "reads the corpus from the file system")]
     fn regressions_hold() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/host");
         let mut n = 0;

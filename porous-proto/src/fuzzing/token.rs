@@ -101,6 +101,9 @@ fn check_round_trip(v: &VerifiedToken) {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use crate::sim::SplitMix64;
 

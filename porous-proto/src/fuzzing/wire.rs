@@ -318,6 +318,9 @@ pub fn roundtrip(data: &[u8]) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use crate::sim::SplitMix64;
 

@@ -11,7 +11,8 @@
 
 use std::hash::Hasher as _;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use siphasher::sip128::{Hasher128 as _, SipHasher24};
 
@@ -79,6 +80,9 @@ impl CookieJar {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     #[test]

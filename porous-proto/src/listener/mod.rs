@@ -27,7 +27,7 @@ mod cookie;
 mod tokens;
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use web_time::Instant;
 
 use cookie::CookieJar;
 pub(crate) use tokens::{Admitted, Refused, TokenGate};

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::time::Instant;
+use web_time::Instant;
 
 use crate::config::SecureConfig;
 use crate::token::{PrivateKey, TOKEN_TAG_LEN, TokenError, VerifiedToken};
@@ -126,6 +126,9 @@ impl TokenGate {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use std::time::Duration;
 
     use super::*;

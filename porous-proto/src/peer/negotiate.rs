@@ -124,6 +124,9 @@ pub(crate) fn refused(cfg: &PeerConfig, r: RefuseReason) -> DisconnectReason {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     #[test]

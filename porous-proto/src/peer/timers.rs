@@ -74,6 +74,9 @@ impl Timers {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use std::time::Duration;
 
     use super::*;

@@ -1,7 +1,8 @@
 //! One direction of a simulated link: its conditions, and the fate of each datagram.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use bytes::Bytes;
 use rand_core::Rng;

@@ -72,6 +72,9 @@ impl SplitMix64 {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use rand_core::Rng;
 
     use super::*;

@@ -1,5 +1,8 @@
 //! The simulator's own API: the tap, held links, and hosts the network does not hold.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

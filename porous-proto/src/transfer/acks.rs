@@ -361,6 +361,9 @@ impl Receiver {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use smallvec::SmallVec;
 

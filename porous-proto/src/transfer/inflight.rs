@@ -579,6 +579,9 @@ impl InFlight {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use crate::transfer::queues::tests::msg;
     use crate::wire::SendMode;

@@ -86,6 +86,9 @@ impl Pacer {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use quickcheck::{QuickCheck, TestResult};
 
     use super::*;

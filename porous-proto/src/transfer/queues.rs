@@ -403,6 +403,9 @@ impl SendQueues {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     /// Weights of 1 for every channel.

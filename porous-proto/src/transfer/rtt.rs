@@ -164,6 +164,9 @@ impl Rtt {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);

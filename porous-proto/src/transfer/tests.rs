@@ -1,5 +1,8 @@
 //! Transfer layer tests: flush behaviour, and two transfer layers over a lossy link.
 
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 use crate::time::Time;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;

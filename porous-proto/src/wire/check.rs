@@ -300,6 +300,9 @@ pub(crate) fn verify_plain(datagram: &[u8], key: Key) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     #[test]

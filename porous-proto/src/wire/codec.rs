@@ -103,6 +103,9 @@ pub(crate) fn put_uint<B: BufMut>(out: &mut B, v: u32, n: usize) {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use quickcheck::quickcheck;
 

@@ -479,6 +479,9 @@ fn refuse_from_code(code: u8, detail: u32) -> Result<RefuseReason, DecodeError> 
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     pub(crate) fn sample_request() -> ConnectRequest {

@@ -555,6 +555,9 @@ impl<'a, E: Expand> Iterator for Messages<'a, '_, E> {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use crate::wire::message::{Fragment, MessageKind, SendMode};
     use crate::wire::secure::{self, SealedParts, SecretKey};

@@ -440,6 +440,9 @@ impl RunContext {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     fn roundtrip(msgs: &[Message<'_>], short: bool, base: u32) -> Vec<u8> {

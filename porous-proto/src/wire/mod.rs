@@ -12,6 +12,7 @@
 //! the caller supplies and reuses ([`bytes::BufMut`]), so the hot path allocates nothing.
 //! `docs/wire-format.md` describes the same format in prose with worked examples.
 
+mod aead;
 mod check;
 pub(crate) mod codec;
 mod control;
@@ -228,6 +229,9 @@ impl std::error::Error for DecodeError {}
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
 
     #[test]

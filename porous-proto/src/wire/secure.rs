@@ -30,14 +30,14 @@
 
 use bytes::{BufMut, BytesMut};
 use chacha20::{R20, hchacha};
-use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, Tag, UnboundKey};
 
+use super::aead::Cipher;
 use super::codec::Reader;
 use super::control::{T_ACK, T_CHALLENGE, T_DISCONNECT, T_DISCONNECT_ACK, T_REQUEST, T_REQUEST_ACK, read_request};
 use super::{CHECK_LEN, ConnectRequest, Control, DecodeError, Field, WIRE_VERSION};
 
 /// Length of the authentication tag that replaces the 4-byte check.
-pub const TAG_LEN: usize = 16;
+pub const TAG_LEN: usize = super::aead::TAG;
 /// Length of a connection datagram's counter field (the low 32 bits of the sender's
 /// 64-bit datagram counter).
 pub const COUNTER_LEN: usize = 4;
@@ -140,7 +140,7 @@ pub const ID_DIGEST_LEN: usize = CHECK_LEN;
 #[derive(Clone)]
 pub struct AeadKey {
     secret: SecretKey,
-    cipher: LessSafeKey,
+    cipher: Cipher,
 }
 
 impl PartialEq for AeadKey {
@@ -160,34 +160,18 @@ impl core::fmt::Debug for AeadKey {
 impl AeadKey {
     /// The cipher keyed with `secret`.
     pub fn new(secret: SecretKey) -> Self {
-        // The algorithm takes any 32-byte key; `SecretKey` holds exactly 32 bytes.
-        let cipher = match UnboundKey::new(&CHACHA20_POLY1305, &secret.0) {
-            Ok(k) => LessSafeKey::new(k),
-            Err(_) => unreachable!("ChaCha20-Poly1305 keys are 32 bytes"),
-        };
-        Self { secret, cipher }
+        Self { cipher: Cipher::new(&secret.0), secret }
     }
 
     /// Encrypts `body` in place with nonce `n` and associated data `ad`; returns the tag.
     pub(crate) fn seal(&self, n: u64, ad: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
-        let nonce = Nonce::assume_unique_for_key(nonce(n));
-        match self.cipher.seal_in_place_separate_tag(nonce, Aad::from(ad), body) {
-            Ok(tag) => {
-                let mut out = [0u8; TAG_LEN];
-                out.copy_from_slice(tag.as_ref());
-                out
-            }
-            // Only a body over 256 GiB fails: no datagram is.
-            Err(_) => unreachable!("a datagram is far below ChaCha20-Poly1305's length limit"),
-        }
+        self.cipher.seal(nonce(n), ad, body)
     }
 
     /// Verifies `tag` over `ad` and the ciphertext `body` with nonce `n`, then decrypts
     /// `body` in place. Leaves `body` unusable and returns false if the tag is wrong.
     pub(crate) fn open(&self, n: u64, ad: &[u8], body: &mut [u8], tag: &[u8]) -> bool {
-        let Ok(tag) = Tag::try_from(tag) else { return false };
-        let nonce = Nonce::assume_unique_for_key(nonce(n));
-        self.cipher.open_in_place_separate_tag(nonce, Aad::from(ad), tag, body, 0..).is_ok()
+        self.cipher.open(nonce(n), ad, body, tag)
     }
 
     /// Seals a connection datagram written in the sealed layout up to its tag (type byte,
@@ -534,6 +518,9 @@ pub fn encode_request<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use chacha20poly1305::aead::AeadInOut;
     use chacha20poly1305::{ChaCha20Poly1305, KeyInit as _};
 

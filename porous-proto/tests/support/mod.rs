@@ -4,8 +4,9 @@
 //! carries their datagrams and keeps the clock.
 #![allow(dead_code, unreachable_pub)]
 
+use porous_proto::Instant;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use porous_proto::sim::{LinkConditions, Network, seeded_rng};

@@ -5,13 +5,13 @@
 //! whole vocabulary, with no porous-proto or bytes in its Cargo.toml.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::adapter::{
     AdmissionError, Bytes, ChannelConfig, ConfigError, CongestionControl, CongestionMode, CongestionStats,
-    ConnectError, DEFAULT_UNRELIABLE_DEADLINE, DisconnectReason, Event, Host, HostConfig, HostStats, MemoryUsage,
-    Mismatch, PeerConfig, PeerId, PeerMap, PeerState, PeerStats, Priority, SecureConfig, SendError, SendMode,
-    SequenceStart, TransferStats, Transmit, seq, token, wire,
+    ConnectError, DEFAULT_UNRELIABLE_DEADLINE, DisconnectReason, Event, Host, HostConfig, HostStats, Instant,
+    MemoryUsage, Mismatch, PeerConfig, PeerId, PeerMap, PeerState, PeerStats, Priority, SecureConfig, SendError,
+    SendMode, SequenceStart, TransferStats, Transmit, seq, token, wire,
 };
 
 /// What a server application writes about its events.

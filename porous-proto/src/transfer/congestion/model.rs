@@ -602,6 +602,9 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(target_family = "wasm")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     use super::*;
     use crate::transfer::delivery::RateSample;
 
