@@ -2,10 +2,13 @@
 //! `workloads.rs` over many seeds in the deterministic simulator and writes the tables of
 //! `docs/simulated.md` (medians over the seeds, with the range in brackets).
 //!
-//! `cargo bench -p porous-proto --bench netsim` rewrites the document; `-- --print` only
-//! prints. Under `cargo test --benches` it runs each workload once, briefly, and writes
-//! nothing. Simulated time, so the figures do not depend on the machine.
+//! `cargo bench -p porous-proto --bench netsim` rewrites the document and draws the time
+//! series of its key workloads into `docs/plots/` (`plots.rs`); `-- --print` only prints.
+//! Under `cargo test --benches` it runs each workload once, briefly, draws the plots in
+//! memory and writes nothing. Simulated time, so the figures do not depend on the machine.
 
+mod chart;
+mod plots;
 mod workloads;
 
 use std::time::Duration;
@@ -14,12 +17,12 @@ use porous_proto::CongestionControl;
 use workloads::{SEC, beside_bulk, bulk, config, game, link, queueing, share};
 
 /// How much work: full under `cargo bench`, a smoke run otherwise.
-struct Scale {
+pub(crate) struct Scale {
     seeds: u64,
     transfer: usize,
-    run: Duration,
-    warm_up: Duration,
-    ticks: u32,
+    pub(crate) run: Duration,
+    pub(crate) warm_up: Duration,
+    pub(crate) ticks: u32,
 }
 
 fn scale() -> Scale {
@@ -46,12 +49,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-const MODEL: CongestionControl = CongestionControl::Model;
-const AIMD: CongestionControl = CongestionControl::Aimd;
+pub(crate) const MODEL: CongestionControl = CongestionControl::Model;
+pub(crate) const AIMD: CongestionControl = CongestionControl::Aimd;
 /// The issue's bottleneck: 10 MB/s.
-const RATE: u64 = 10_000_000;
+pub(crate) const RATE: u64 = 10_000_000;
 /// One bandwidth-delay product at 10 MB/s and 50 ms.
-const BDP: usize = 500_000;
+pub(crate) const BDP: usize = 500_000;
 
 /// Issue 16: one 2 MB transfer per loss rate, each controller, and the model's steady
 /// state: a flow kept busy for the run, its goodput counted after the warm-up (a 2 MB
@@ -71,7 +74,7 @@ fn loss_table(s: &Scale) -> String {
         let ratio = median(goodput(&m)) / median(goodput(&a));
         let resent = m.iter().map(|b| b.resent * 100.0).collect();
         let steady: Vec<f64> = (1..=s.seeds)
-            .map(|seed| queueing(seed, c, &config(MODEL, true), s.warm_up, s.run).goodput / 1000.0)
+            .map(|seed| queueing(seed, c, &config(MODEL, true), s.warm_up, s.run, None).goodput / 1000.0)
             .collect();
         let share = steady.iter().map(|g| g * 1000.0 / RATE as f64 * 100.0).collect();
         t += &format!(
@@ -98,7 +101,7 @@ fn share_table(s: &Scale) -> String {
     {
         for bdps in [1, 4] {
             let runs: Vec<_> =
-                (1..=s.seeds).map(|seed| share(seed, ccs, (RATE, bdps * BDP), s.warm_up, s.run)).collect();
+                (1..=s.seeds).map(|seed| share(seed, ccs, (RATE, bdps * BDP), s.warm_up, s.run, None)).collect();
             let first: Vec<f64> = runs.iter().map(|r| r.first / 1000.0).collect();
             let second: Vec<f64> = runs.iter().map(|r| r.second / 1000.0).collect();
             let ratio: Vec<f64> = runs.iter().map(|r| r.first / r.second.max(1.0)).collect();
@@ -122,7 +125,7 @@ fn queue_table(s: &Scale) -> String {
     );
     for (name, cc) in [("model", MODEL), ("AIMD", AIMD)] {
         let runs: Vec<_> = (1..=s.seeds)
-            .map(|seed| queueing(seed, link(0.0, RATE, 4 * BDP), &config(cc, true), s.warm_up, s.run))
+            .map(|seed| queueing(seed, link(0.0, RATE, 4 * BDP), &config(cc, true), s.warm_up, s.run, None))
             .collect();
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         t += &format!(
@@ -177,7 +180,8 @@ fn beside_table(s: &Scale) -> String {
     );
     for loss in [0.0, 0.05, 0.20] {
         let c = link(loss, 0, 0);
-        let runs: Vec<_> = (1..=s.seeds).map(|seed| beside_bulk(seed, c, &config(MODEL, true), s.ticks)).collect();
+        let runs: Vec<_> =
+            (1..=s.seeds).map(|seed| beside_bulk(seed, c, &config(MODEL, true), s.ticks, None)).collect();
         let q = |f: &dyn Fn(&workloads::Beside) -> f64| summary(runs.iter().map(f).collect(), 1);
         t += &format!(
             "| {:.0}% | {} / {} | {}% | {} / {} |\n",
@@ -206,8 +210,19 @@ fn main() {
     for (name, table) in &sections {
         println!("{name}:\n{table}");
     }
+    let figures = plots::all(&s);
+    for (name, svg) in &figures {
+        println!("plot {name}: {} bytes of SVG", svg.len());
+    }
     if print_only {
         return;
+    }
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/plots");
+    std::fs::create_dir_all(dir).expect("create docs/plots");
+    for (name, svg) in &figures {
+        let path = format!("{dir}/{name}");
+        std::fs::write(&path, svg).expect("write a plot");
+        println!("wrote {path}");
     }
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/simulated.md");
     let mut doc = std::fs::read_to_string(path).expect("docs/simulated.md exists");

@@ -9,10 +9,72 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use porous_proto::sim::{LinkConditions, Network};
-use porous_proto::{CongestionControl, Event, HostConfig, PeerId, SendMode};
+use porous_proto::{CongestionControl, Event, HostConfig, PeerId, PeerStats, SendMode};
 
 pub(crate) const MS: Duration = Duration::from_millis(1);
 pub(crate) const SEC: Duration = Duration::from_secs(1);
+
+/// How often a workload samples its time series.
+pub(crate) const SAMPLE: Duration = Duration::from_millis(100);
+
+/// The time series a workload records for the plots (`plots.rs`), when asked: named
+/// lines of (seconds since the workload's start, value).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Series {
+    pub(crate) lines: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+impl Series {
+    pub(crate) fn push(&mut self, name: &str, t: f64, v: f64) {
+        match self.lines.iter_mut().find(|(n, _)| n == name) {
+            Some((_, points)) => points.push((t, v)),
+            None => self.lines.push((name.to_string(), vec![(t, v)])),
+        }
+    }
+
+    /// The line `name` (empty if never pushed).
+    pub(crate) fn line(&self, name: &str) -> Vec<(f64, f64)> {
+        self.lines.iter().find(|(n, _)| n == name).map(|(_, p)| p.clone()).unwrap_or_default()
+    }
+
+    /// A sender's view of its connection, under `suffix`: congestion window and bytes in
+    /// flight (kB), pacing rate (MB/s), the latest and the smoothed round trip (ms).
+    fn sender(&mut self, suffix: &str, t: f64, s: &PeerStats) {
+        self.push(&format!("cwnd{suffix}"), t, s.cwnd as f64 / 1000.0);
+        self.push(&format!("flight{suffix}"), t, s.flight as f64 / 1000.0);
+        self.push(&format!("pacing{suffix}"), t, s.congestion.pacing_rate as f64 / 1e6);
+        self.push(&format!("rtt{suffix}"), t, s.latest_rtt.as_secs_f64() * 1000.0);
+        self.push(&format!("srtt{suffix}"), t, s.rtt.as_secs_f64() * 1000.0);
+    }
+}
+
+/// When the next sample is due, and the bytes delivered since the last one.
+struct Sampler {
+    start: Duration,
+    next: Duration,
+    delivered: Vec<u64>,
+}
+
+impl Sampler {
+    fn new(start: Duration, flows: usize) -> Self {
+        Self { start, next: start + SAMPLE, delivered: vec![0; flows] }
+    }
+
+    /// If a sample is due at `now`: its time (seconds since the start), after pushing
+    /// each flow's delivery rate over the interval (MB/s) as `delivery{suffix}`.
+    fn due(&mut self, now: Duration, series: &mut Series, suffixes: &[&str]) -> Option<f64> {
+        if now < self.next {
+            return None;
+        }
+        let t = (now - self.start).as_secs_f64();
+        let secs = (now - (self.next - SAMPLE)).as_secs_f64().max(1e-9);
+        for (bytes, suffix) in self.delivered.iter_mut().zip(suffixes) {
+            series.push(&format!("delivery{suffix}"), t, std::mem::take(bytes) as f64 / secs / 1e6);
+        }
+        self.next = now + SAMPLE;
+        Some(t)
+    }
+}
 
 pub(crate) fn addr(i: u8) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, i], 9000))
@@ -115,7 +177,17 @@ pub(crate) struct Queueing {
 /// a sends to b for `run` through the link given, its queue never empty; the RTT the
 /// sender measures is sampled every 10 ms: the minimum over the whole run (the queue is
 /// empty at the start), the quantiles after the first `warm_up`.
-pub(crate) fn queueing(seed: u64, c: LinkConditions, cfg: &HostConfig, warm_up: Duration, run: Duration) -> Queueing {
+///
+/// With `series`, also records the sender's connection, its delivery rate and the
+/// bottleneck's queue (kB) every [`SAMPLE`].
+pub(crate) fn queueing(
+    seed: u64,
+    c: LinkConditions,
+    cfg: &HostConfig,
+    warm_up: Duration,
+    run: Duration,
+    mut series: Option<&mut Series>,
+) -> Queueing {
     let (mut net, pa, _) = pair(seed, c, c, cfg);
     let (a, b) = (addr(1), addr(2));
     let mut rtts = Vec::new();
@@ -123,14 +195,24 @@ pub(crate) fn queueing(seed: u64, c: LinkConditions, cfg: &HostConfig, warm_up: 
     let mut got = 0u64;
     let start = net.elapsed();
     let mut next_sample = start;
+    let mut sampler = Sampler::new(start, 1);
     net.run_for(run, |net| {
         while net.host_mut(a).send(pa, 0, Bytes::from(vec![7; 1000]), SendMode::Reliable).is_ok() {}
         let now = net.elapsed();
         let steady = now >= start + warm_up;
         while let Some(e) = net.poll_event(b) {
-            if matches!(e, Event::Received { .. }) && steady {
-                got += 1000;
+            if matches!(e, Event::Received { .. }) {
+                got += if steady { 1000 } else { 0 };
+                sampler.delivered[0] += 1000;
             }
+        }
+        if let Some(series) = series.as_deref_mut()
+            && let Some(t) = sampler.due(now, series, &[""])
+        {
+            if let Some(s) = net.host(a).peer_stats(pa) {
+                series.sender("", t, &s);
+            }
+            series.push("queue", t, net.queued_bytes(a, b) as f64 / 1000.0);
         }
         if now >= next_sample {
             if let Some(s) = net.host(a).peer_stats(pa) {
@@ -158,13 +240,16 @@ pub(crate) struct Share {
 
 /// Flows 1 -> 3 (controller `cc1`) and 2 -> 3 (`cc2`) through one shared bottleneck of
 /// `rate` bytes per second with a drop-tail queue of `queue` bytes, 25 ms one way: both
-/// kept busy for `run`, delivery counted after `warm_up`.
+/// kept busy for `run`, delivery counted after `warm_up`. With `series`, also records
+/// each flow's delivery rate and connection (suffixes " 1" and " 2") and the shared
+/// queue (kB) every [`SAMPLE`].
 pub(crate) fn share(
     seed: u64,
     (cc1, cc2): (CongestionControl, CongestionControl),
     (rate, queue): (u64, usize),
     warm_up: Duration,
     run: Duration,
+    mut series: Option<&mut Series>,
 ) -> Share {
     let (s1, s2, r) = (addr(1), addr(2), addr(3));
     let mut net = Network::new(seed);
@@ -198,17 +283,28 @@ pub(crate) fn share(
     });
     let mut got = [0u64; 2];
     let start = net.elapsed();
+    let mut sampler = Sampler::new(start, 2);
     net.run_for(run, |net| {
         for (s, p) in [(s1, p1), (s2, p2)] {
             while net.host_mut(s).send(p, 0, Bytes::from(vec![7; 1000]), SendMode::Reliable).is_ok() {}
         }
         let counting = net.elapsed() >= start + warm_up;
         while let Some(e) = net.poll_event(r) {
-            if let Event::Received { peer, .. } = e
-                && counting
-            {
-                got[usize::from(from[1] == Some(peer))] += 1000;
+            if let Event::Received { peer, .. } = e {
+                let flow = usize::from(from[1] == Some(peer));
+                got[flow] += if counting { 1000 } else { 0 };
+                sampler.delivered[flow] += 1000;
             }
+        }
+        if let Some(series) = series.as_deref_mut()
+            && let Some(t) = sampler.due(net.elapsed(), series, &[" 1", " 2"])
+        {
+            for (s, p, suffix) in [(s1, p1, " 1"), (s2, p2, " 2")] {
+                if let Some(stats) = net.host(s).peer_stats(p) {
+                    series.sender(suffix, t, &stats);
+                }
+            }
+            series.push("queue", t, net.queued_bytes(s1, r) as f64 / 1000.0);
         }
     });
     let secs = (run - warm_up).as_secs_f64();
@@ -218,15 +314,23 @@ pub(crate) fn share(
 /// Latency of one kind of packet in the game: from `send` to `Received`.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Latency {
-    samples: Vec<f64>,
+    /// For each packet that arrived: when it was sent (s since the workload's start) and
+    /// its latency (ms).
+    samples: Vec<(f64, f64)>,
     /// Packets sent.
     pub(crate) sent: usize,
 }
 
 impl Latency {
+    /// Each packet that arrived: when it was sent (s) and its latency (ms), in the order
+    /// they arrived.
+    pub(crate) fn points(&self) -> &[(f64, f64)] {
+        &self.samples
+    }
+
     /// The `q` quantile in milliseconds (0 without samples).
     pub(crate) fn quantile(&self, q: f64) -> f64 {
-        let mut v = self.samples.clone();
+        let mut v: Vec<f64> = self.samples.iter().map(|&(_, l)| l).collect();
         v.sort_by(f64::total_cmp);
         v.get(((v.len().max(1) - 1) as f64 * q) as usize).copied().unwrap_or(0.0)
     }
@@ -246,12 +350,13 @@ fn tagged(kind: u8, index: u32, len: usize) -> Bytes {
 }
 
 /// Drains the events of `hosts`, adding each [`tagged`] packet received to its kind's
-/// latencies (ms since `sent_at` of its kind and index).
+/// latencies: when it was sent (s since `start`) and how long ago (ms), from `sent_at`
+/// of its kind and index.
 fn read_latencies<const N: usize>(
     net: &mut Network,
     hosts: &[SocketAddr],
-    samples: &mut [Vec<f64>; N],
-    sent_at: &[Vec<Duration>; N],
+    samples: &mut [Vec<(f64, f64)>; N],
+    (sent_at, start): (&[Vec<Duration>; N], Duration),
 ) {
     let now = net.elapsed();
     for &host in hosts {
@@ -263,7 +368,7 @@ fn read_latencies<const N: usize>(
                 if let (Some(at), Some(v)) =
                     (sent_at.get(usize::from(kind)).and_then(|v| v.get(i)), samples.get_mut(usize::from(kind)))
                 {
-                    v.push((now - *at).as_secs_f64() * 1000.0);
+                    v.push(((*at - start).as_secs_f64(), (now - *at).as_secs_f64() * 1000.0));
                 }
             }
         }
@@ -306,8 +411,9 @@ pub(crate) fn game(seed: u64, ab: LinkConditions, ba: LinkConditions, cfg: &Host
     let dgrams_before = (net.link_stats(a, b).sent, net.link_stats(b, a).sent);
     let mut srtt_error = 0.0;
     let mut samples = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
-    let read = |net: &mut Network, samples: &mut [Vec<f64>; KINDS], sent_at: &[Vec<Duration>; KINDS]| {
-        read_latencies(net, &[a, b], samples, sent_at);
+    let start = net.elapsed();
+    let read = |net: &mut Network, samples: &mut [Vec<(f64, f64)>; KINDS], sent_at: &[Vec<Duration>; KINDS]| {
+        read_latencies(net, &[a, b], samples, (sent_at, start));
     };
     for i in 0..ticks {
         let now = net.elapsed();
@@ -361,15 +467,23 @@ pub(crate) struct Beside {
 /// an 8,000-byte reliable packet three times a second (channel 3), as the README demo
 /// sends. The pacer spreads the packet's fragments at the rate the flow has shown, so a
 /// state queued behind them waits unless it may pass.
-pub(crate) fn beside_bulk(seed: u64, c: LinkConditions, cfg: &HostConfig, ticks: u32) -> Beside {
+pub(crate) fn beside_bulk(
+    seed: u64,
+    c: LinkConditions,
+    cfg: &HostConfig,
+    ticks: u32,
+    mut series: Option<&mut Series>,
+) -> Beside {
     let (mut net, pa, _) = pair(seed, c, c, cfg);
     let b = addr(2);
     let tick = Duration::from_micros(16_667);
     let mut sent_at: [Vec<Duration>; 2] = Default::default();
-    let mut samples: [Vec<f64>; 2] = Default::default();
-    let read = |net: &mut Network, samples: &mut [Vec<f64>; 2], sent_at: &[Vec<Duration>; 2]| {
-        read_latencies(net, &[b], samples, sent_at);
+    let mut samples: [Vec<(f64, f64)>; 2] = Default::default();
+    let start = net.elapsed();
+    let read = |net: &mut Network, samples: &mut [Vec<(f64, f64)>; 2], sent_at: &[Vec<Duration>; 2]| {
+        read_latencies(net, &[b], samples, (sent_at, start));
     };
+    let mut sampler = Sampler::new(start, 0);
     for i in 0..ticks {
         let now = net.elapsed();
         let mut send = |net: &mut Network, kind: u8, channel, mode, len| {
@@ -383,6 +497,12 @@ pub(crate) fn beside_bulk(seed: u64, c: LinkConditions, cfg: &HostConfig, ticks:
             send(&mut net, 1, 3, SendMode::Reliable, 8_000);
         }
         net.run_for(tick, |net| read(net, &mut samples, &sent_at));
+        if let Some(series) = series.as_deref_mut()
+            && let Some(t) = sampler.due(net.elapsed(), series, &[])
+            && let Some(s) = net.host(addr(1)).peer_stats(pa)
+        {
+            series.sender("", t, &s);
+        }
     }
     net.run_for(30 * SEC, |net| read(net, &mut samples, &sent_at));
     let [state, bulk] = samples;

@@ -267,6 +267,11 @@ impl LinkState {
         Self { conditions, ..Self::default() }
     }
 
+    /// When the link's own bottleneck stops being busy (unused when it shares one).
+    pub(crate) fn busy_until(&self) -> Option<Instant> {
+        self.busy_until
+    }
+
     /// Decides what happens to a datagram of `len` bytes sent at `now`: the delivery
     /// delays (one, or two for a duplicate) and whether to corrupt it, or why it is lost.
     /// `shared` is the queue of the bottleneck this link shares (when it shares one): when

@@ -311,6 +311,21 @@ impl Network {
         self.wires.links.get(from, to).map(|l| l.stats).unwrap_or_default()
     }
 
+    /// Bytes waiting now in the bottleneck the link from `from` to `to` feeds: its own
+    /// drop-tail queue, or the one it shares ([`Network::share_bottleneck`]), the
+    /// datagram being sent included. 0 for a link without a bandwidth limit. What a plot
+    /// of queueing delay reads (divide by the rate).
+    pub fn queued_bytes(&self, from: SocketAddr, to: SocketAddr) -> usize {
+        let links = &self.wires.links;
+        let Some(link) = links.get(from, to) else { return 0 };
+        let Some(rate) = link.conditions.bandwidth.filter(|&r| r > 0) else { return 0 };
+        let busy_until = match link.shared {
+            Some(b) => links.bottlenecks.get(b).copied().flatten(),
+            None => link.busy_until(),
+        };
+        busy_until.map_or(0, |b| (b.saturating_duration_since(self.wires.now).as_secs_f64() * rate as f64) as usize)
+    }
+
     /// Lets `script` decide, before the link's conditions, which datagrams from `from` to
     /// `to` pass: for scripted losses such as "drop the third datagram".
     pub fn script(

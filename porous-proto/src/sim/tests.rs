@@ -281,3 +281,31 @@ fn links_sharing_a_bottleneck_share_its_rate_and_its_queue() {
         assert_eq!(drops + arrived, 2_000);
     }
 }
+
+#[test]
+fn queued_bytes_is_what_the_bottleneck_holds_and_drains_at_its_rate() {
+    let (s1, s2, r) = (addr(1), addr(2), addr(3));
+    let mut c = LinkConditions::perfect(5 * MS);
+    c.bandwidth = Some(1_000_000);
+    c.queue = 100_000;
+    let mut net = Network::new(0);
+    net.set_link(s1, r, c);
+    net.set_link(s2, r, c);
+    assert_eq!(net.queued_bytes(s1, r), 0, "nothing sent");
+    assert_eq!(net.queued_bytes(r, s1), 0, "no bandwidth limit: never a queue");
+    for i in 0..50u32 {
+        net.inject(s1, r, Bytes::from(vec![i as u8; 1_000]));
+    }
+    assert_eq!(net.queued_bytes(s1, r), 50_000, "50 datagrams of 1,000 bytes");
+    assert_eq!(net.queued_bytes(s2, r), 0, "each link its own queue");
+    net.advance_to(net.now() + Duration::from_millis(20));
+    assert_eq!(net.queued_bytes(s1, r), 30_000, "20 ms at 1 MB/s drained 20 kB");
+    net.share_bottleneck(&[(s1, r), (s2, r)]);
+    for i in 0..10u32 {
+        net.inject(s2, r, Bytes::from(vec![i as u8; 1_000]));
+    }
+    assert_eq!(net.queued_bytes(s1, r), 10_000, "shared: one queue, seen from both links");
+    assert_eq!(net.queued_bytes(s2, r), 10_000);
+    net.advance_to(net.now() + Duration::from_secs(1));
+    assert_eq!(net.queued_bytes(s1, r), 0, "drained");
+}
