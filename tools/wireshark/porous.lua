@@ -416,6 +416,12 @@ local conversations = {}
 -- pass shows the same values without touching the state again.
 local frames = {}
 
+-- A new capture file starts with no conversations and no frames.
+function porous.init()
+  conversations = {}
+  frames = {}
+end
+
 local function endpoint(addr, port) return tostring(addr) .. "|" .. tostring(port) end
 
 local function conversation(pinfo, create)
