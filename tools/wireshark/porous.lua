@@ -213,6 +213,7 @@ local f = {
   t_p = ProtoField.bool("porous.type.ping", "P: ping", 8, nil, 0x04),
   t_q = ProtoField.bool("porous.type.ping_ack", "Q: ping acknowledgement", 8, nil, 0x02),
   secure = ProtoField.bool("porous.secure", "Secure mode (sealed)"),
+  guessed = ProtoField.bool("porous.secure.assumed", "Secure mode assumed: no handshake in the capture, and not plain"),
   -- connection datagrams
   frame_id = ProtoField.uint32("porous.frame_id", "Frame id"),
   frame_id_sent = ProtoField.uint32("porous.frame_id.sent", "Frame id as sent (low bytes)", base.HEX),
@@ -588,6 +589,7 @@ local function control_plain(tvb, pinfo, tree, c, from, to, ty, stored)
       me.nonce, me.frame_base, me.packet_base, me.channels = p.nonce, p.frame_base, p.packet_base, p.channels
       me.newest_frame, me.packets = nil, {}
       if ty == 0x80 then c.requester = from end
+      c.handshake = true
     end
     info = info .. string.format(" nonce=%08x", p.nonce)
     if p.data_len > 0 then info = info .. " with " .. p.data_len .. " bytes of connect data" end
@@ -895,7 +897,7 @@ local function sealed_request(tvb, pinfo, tree, c, from)
   local body = sealed_rest(tvb, tree, r)
   if body > MAX_REQUEST_BODY then bad("sealed request body out of range") end
   if not pinfo.visited then
-    c.secure, c.requester = true, from
+    c.secure, c.requester, c.handshake = true, from, true
     side(c, from).nonce = nonce
   end
   return string.format("connection request (sealed) nonce=%08x counter=%d, token %d B", nonce, counter, token_len)
@@ -946,6 +948,27 @@ local function looks_sealed_request(tvb)
   return body >= 22 and body <= MAX_REQUEST_BODY
 end
 
+-- A tree that keeps nothing: for a trial decoding.
+local NOWHERE = setmetatable({}, { __index = function() return function(self) return self end end })
+
+-- Without the handshake in the capture, a datagram may be secure mode's: it is read as
+-- sealed when it does not decode as plain (a trial on a tree that keeps nothing), and so
+-- is every later one between the same endpoints (a plain datagram always decodes; a
+-- sealed one decodes as plain only by chance).
+local function sealed_without_handshake(tvb, pinfo, c, from, to, ty)
+  if c.secure or c.handshake or ty == 0x80 then return false end
+  if c.assumed_secure then return true end
+  local plain = pcall(function()
+    if ty >= 0x80 then
+      control_plain(tvb, pinfo, NOWHERE, c, from, to, ty, nil)
+    else
+      data_plain(tvb, pinfo, NOWHERE, c, from, to, ty, nil)
+    end
+  end)
+  c.assumed_secure = not plain
+  return not plain
+end
+
 function porous.dissector(tvb, pinfo, tree)
   local n = tvb:len()
   if n < 5 then return 0 end
@@ -954,6 +977,11 @@ function porous.dissector(tvb, pinfo, tree)
   local c, from, to = conversation(pinfo, true)
   local ty = tvb:range(0, 1):uint()
   local stored = frames[pinfo.number]
+  if stored == nil and sealed_without_handshake(tvb, pinfo, c, from, to, ty) then
+    stored = { guessed_sealed = true }
+    frames[pinfo.number] = stored
+  end
+  local guessed = stored ~= nil and stored.guessed_sealed
   local ok, result = pcall(function()
     if ty >= 0x80 then
       if ty > 0x87 then bad(string.format("unknown datagram type 0x%02x", ty)) end
@@ -961,7 +989,7 @@ function porous.dissector(tvb, pinfo, tree)
       if ty == 0x80 and not plain_request_verifies(tvb) and looks_sealed_request(tvb) then
         return sealed_request(tvb, pinfo, root, c, from)
       end
-      if c.secure and ty ~= 0x80 then return sealed_datagram(tvb, pinfo, root, c, from, ty) end
+      if (c.secure or guessed) and ty ~= 0x80 then return sealed_datagram(tvb, pinfo, root, c, from, ty) end
       local info, status = control_plain(tvb, pinfo, root, c, from, to, ty, stored and stored.status)
       frames[pinfo.number] = { status = status }
       return info
@@ -971,12 +999,16 @@ function porous.dissector(tvb, pinfo, tree)
     if bit.band(ty, 0x01) ~= 0 or (bit.band(ty, 0x40) == 0 and bit.band(ty, 0x30) ~= 0) then
       bad("reserved bits set in the type byte")
     end
-    if c.secure then return sealed_datagram(tvb, pinfo, root, c, from, ty) end
+    if c.secure or guessed then return sealed_datagram(tvb, pinfo, root, c, from, ty) end
     local info, s = data_plain(tvb, pinfo, root, c, from, to, ty, stored)
     frames[pinfo.number] = s
     return info
   end)
   if ok then
+    if guessed then
+      root:add(f.guessed, tvb:range(0, 1), true):set_generated()
+      result = result .. " (secure mode assumed: not plain, and no handshake in the capture)"
+    end
     pinfo.cols.info = result
   else
     local what = type(result) == "table" and result.what or tostring(result)
