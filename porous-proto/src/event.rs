@@ -226,6 +226,11 @@ pub enum DisconnectReason {
     /// The remote side acknowledged data it cannot have received (trying to keep this
     /// side's congestion window open); this side ended the connection.
     Misbehaving,
+    /// The transport under the connection closed without a POROUS disconnection: the
+    /// adapter reported it with [`Host::close_path`](crate::Host::close_path) (a
+    /// WebTransport session ended: the browser tab closed, or the server closed the
+    /// session). Nothing more can be sent or received.
+    TransportClosed,
 }
 
 /// A parameter on which the two sides of a connection disagree.
@@ -322,6 +327,7 @@ impl core::fmt::Display for DisconnectReason {
             Self::NotAccepting => f.write_str("refused: the remote host does not accept connections"),
             Self::Stale => f.write_str("refused: the remote still holds an older connection from this address; retry"),
             Self::Misbehaving => f.write_str("ended: the remote acknowledged data it never received"),
+            Self::TransportClosed => f.write_str("ended: the transport under the connection closed"),
         }
     }
 }

@@ -372,6 +372,10 @@ pub struct Host {
     stats: HostStats,
     listener: Listener,
     census: Census,
+    /// What the transport says the path to an address carries ([`Host::set_path_mtu`]),
+    /// where it carries less than the configured `mtu`. Entries come from the application
+    /// alone and leave with [`Host::close_path`].
+    path_mtu: HashMap<SocketAddr, usize, AddrHasher>,
 }
 
 impl core::fmt::Debug for Host {
@@ -405,6 +409,7 @@ impl Host {
             slots: Slots::default(),
             free: Vec::new(),
             by_addr: HashMap::with_hasher(AddrHasher::derived_from(secret)),
+            path_mtu: HashMap::with_hasher(AddrHasher::derived_from(secret)),
             timers: Deadlines::default(),
             dirty: Vec::new(),
             out: Outputs::default(),
@@ -581,6 +586,62 @@ impl Host {
         }
     }
 
+    /// This side's handshake request (the one it sends, or the one its replies carry),
+    /// announcing datagram size `mtu`.
+    fn request(&self, nonce: u32, frame: u32, packet: u32, mtu: usize) -> wire::ConnectRequest {
+        wire::ConnectRequest { mtu: mtu as u32, ..peer::request(&self.config.peer, nonce, frame, packet, None) }
+    }
+
+    /// The datagram size a connection with `remote` announces: the configured `mtu`, or
+    /// less where the path carries less ([`Host::set_path_mtu`]).
+    fn mtu_towards(&self, remote: SocketAddr) -> usize {
+        self.path_mtu.get(&remote).map_or(self.config.peer.mtu, |&m| m.min(self.config.peer.mtu))
+    }
+
+    /// Tells the host that the path to `remote` carries datagrams of at most `mtu` bytes,
+    /// as the transport under the host knows it: a WebTransport session's maximum
+    /// datagram size (QUIC's datagrams are smaller than UDP's), a tunnel's limit. A
+    /// connection with `remote` made from then on (by [`Host::connect`] or a request from
+    /// it) announces and uses at most that size, so both sides agree on it; the configured
+    /// [`PeerConfig::mtu`](crate::PeerConfig::mtu) stays the ceiling for every path. A
+    /// connection already made keeps its size. Call it before the first datagram of
+    /// `remote` is handed over; [`Host::close_path`] forgets it. Fails with
+    /// [`ConfigError::Mtu`] below the smallest datagram the protocol works with (in
+    /// secure mode that smallest one plus the sealing) or above the largest.
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use porous_proto::{Host, HostConfig};
+    /// let mut host = Host::with_seed(HostConfig::default(), 1)?;
+    /// let session = "[100::1]:1".parse()?; // how an adapter names a WebTransport session
+    /// host.set_path_mtu(session, 1_150)?;
+    /// host.connect(Instant::now(), session)?; // announces 1,150 bytes, not 1,200
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_path_mtu(&mut self, remote: SocketAddr, mtu: usize) -> Result<(), ConfigError> {
+        let extra = if self.config.secure.is_some() { wire::secure::SEAL_EXTRA } else { 0 };
+        if !(wire::MIN_MTU + extra..=wire::MAX_MTU).contains(&mtu) {
+            return Err(ConfigError::Mtu(mtu));
+        }
+        self.path_mtu.insert(remote, mtu);
+        Ok(())
+    }
+
+    /// Tells the host that the transport to `remote` is gone (a WebTransport session
+    /// closed): the connection with `remote`, if any, ends at once with
+    /// [`DisconnectReason::TransportClosed`](crate::DisconnectReason::TransportClosed)
+    /// (reported if the application knows the peer) and nothing more is sent to it; a
+    /// handshake under way there is dropped; what [`Host::set_path_mtu`] said of `remote`
+    /// is forgotten. A later datagram from `remote` is treated as from a stranger.
+    pub fn close_path(&mut self, now: Instant, remote: SocketAddr) {
+        let now = self.observe(now);
+        self.path_mtu.remove(&remote);
+        if let Some(&index) = self.by_addr.get(&remote) {
+            self.drive(index, |peer, out| peer.transport_closed(now, out));
+            self.mark_dirty(index);
+        }
+    }
+
     /// Starts connecting to `remote`. The id is valid at once: `Connected` or
     /// `Disconnected` follows for it.
     pub fn connect(&mut self, now: Instant, remote: SocketAddr) -> Result<PeerId, ConnectError> {
@@ -612,7 +673,8 @@ impl Host {
         if remote.ip().is_unspecified() || remote.port() == 0 {
             return Err(ConnectError::InvalidAddress);
         }
-        let max = self.config.peer.max_connect_data();
+        let mtu = self.mtu_towards(remote);
+        let max = self.config.peer.connect_data_room(mtu);
         if data.len() > max {
             return Err(ConnectError::DataTooLarge { size: data.len(), max });
         }
@@ -623,7 +685,7 @@ impl Host {
             return Err(ConnectError::HostFull);
         }
         let (nonce, frame, packet) = self.next_ids();
-        let req = peer::request(&self.config.peer, nonce, frame, packet, None);
+        let req = self.request(nonce, frame, packet, mtu);
         let seed = self.rng.next_u64();
         let id = self.next_id();
         let local = (req, Bytes::copy_from_slice(data));
@@ -683,13 +745,14 @@ impl Host {
             return Err(ConnectError::HostFull);
         }
         let (nonce, frame, packet) = self.next_ids();
-        let req = peer::request(&self.config.peer, nonce, frame, packet, None);
+        let mtu = self.mtu_towards(remote);
+        let req = self.request(nonce, frame, packet, mtu);
         // The largest request this attempt sends (with a cookie) must fit the datagram size.
         let mut probe = Vec::new();
         let with_cookie = wire::ConnectRequest { cookie: Some(wire::Cookie([0; wire::COOKIE_LEN])), ..req };
         let size = wire::secure::encode_request(&mut probe, token.server_part(), &with_cookie, 0, &token.keys().0);
-        if size > self.config.peer.mtu {
-            return Err(ConnectError::TokenTooLarge { size, max: self.config.peer.mtu });
+        if size > mtu {
+            return Err(ConnectError::TokenTooLarge { size, max: mtu });
         }
         let seed = self.rng.next_u64();
         let id = self.next_id();
@@ -822,7 +885,8 @@ impl Host {
             self.drive(index, |peer, out| peer.supersede(t, out));
             self.remove(index);
         }
-        match self.listener.judge(now, from, &req, self.by_addr.len(), &self.config.peer) {
+        let mtu = self.mtu_towards(from);
+        match self.listener.judge(now, from, &req, self.by_addr.len(), (&self.config.peer, mtu)) {
             Verdict::Challenge(cookie) => self.reply(from, &req, token, &Control::Challenge(cookie)),
             Verdict::Refuse(reason) => self.reply(from, &req, token, &Control::Refuse(reason)),
             Verdict::Defer => {}
@@ -833,7 +897,7 @@ impl Host {
                 let (nonce, frame, packet) = self.next_ids();
                 let seed = self.rng.next_u64();
                 let secure = token.map(|token| SecureState::server(token, self.rng.next_u64()));
-                let local = peer::request(&self.config.peer, nonce, frame, packet, None);
+                let local = self.request(nonce, frame, packet, mtu);
                 let at = (self.next_id(), from);
                 let settings = Arc::clone(&self.settings);
                 let remote = (req, params, Bytes::copy_from_slice(data));

@@ -37,8 +37,13 @@ impl PeerConfig {
     /// the `mtu` leaves a request less room (70 bytes at the smallest, 128, less the
     /// bitmap of unordered channels if there are any: one byte per 8 channels).
     pub fn max_connect_data(&self) -> usize {
+        self.connect_data_room(self.mtu)
+    }
+
+    /// [`PeerConfig::max_connect_data`] at a datagram size of `mtu`.
+    pub(crate) fn connect_data_room(&self, mtu: usize) -> usize {
         let bitmap = crate::peer::unordered(self).wire_len(self.channels.len().min(255) as u8);
-        self.mtu.saturating_sub(wire::REQUEST_OVERHEAD_MAX + bitmap).min(wire::MAX_CONNECT_DATA)
+        mtu.saturating_sub(wire::REQUEST_OVERHEAD_MAX + bitmap).min(wire::MAX_CONNECT_DATA)
     }
 
     /// Checks every value.

@@ -136,15 +136,15 @@ impl Listener {
         self.gate.as_ref().map_or(0, TokenGate::memory)
     }
 
-    /// Judges `req` from `from` at `now`, with `peers` peers in the table and `cfg` this
-    /// side's connection settings.
+    /// Judges `req` from `from` at `now`, with `peers` peers in the table, `cfg` this
+    /// side's connection settings and `mtu` its datagram size towards `from`.
     pub(crate) fn judge(
         &mut self,
         now: Instant,
         from: SocketAddr,
         req: &ConnectRequest,
         peers: usize,
-        cfg: &PeerConfig,
+        (cfg, mtu): (&PeerConfig, usize),
     ) -> Verdict {
         if self.pending >= self.challenge_above {
             // Under load: no state for a request until it proves it can hear us.
@@ -155,7 +155,7 @@ impl Listener {
         let verdict = if !self.accept_incoming {
             Err(RefuseReason::NotAccepting)
         } else {
-            peer::negotiate(cfg, req, self.seal_extra)
+            peer::negotiate(cfg, mtu, req, self.seal_extra)
                 .map_err(peer::refusal)
                 .and_then(|params| if peers >= self.max_peers { Err(RefuseReason::HostFull) } else { Ok(params) })
         };

@@ -591,7 +591,8 @@ impl Peer {
             PeerState::Connecting if other && (self.origin == Origin::Remote || !proven) => {}
             PeerState::Connecting => {
                 let extra = if self.secure.is_some() { wire::secure::SEAL_EXTRA } else { 0 };
-                let params = match negotiate(&self.settings.config, &req, extra) {
+                let mtu = self.handshake.as_deref().map_or(self.settings.config.mtu, |h| h.local.mtu as usize);
+                let params = match negotiate(&self.settings.config, mtu, &req, extra) {
                     Ok(p) => p,
                     Err(m) => {
                         self.reply(&Control::Refuse(refusal(m)), req.nonce, reply_key, out);
@@ -820,6 +821,14 @@ impl Peer {
         }
         self.send_connection(&Control::Disconnect { code }, out);
         self.end(now, PeerState::Disconnected, DisconnectReason::Local, out);
+    }
+
+    /// The transport under the connection is gone (`Host::close_path`): the connection
+    /// ends at once, sending nothing, and the peer is deleted at the next poll.
+    pub(crate) fn transport_closed(&mut self, now: Time, out: &mut Outputs) {
+        if self.state != PeerState::Zombie {
+            self.end(now, PeerState::Zombie, DisconnectReason::TransportClosed, out);
+        }
     }
 
     // ---- timers and output ---------------------------------------------------------

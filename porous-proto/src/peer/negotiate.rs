@@ -2,7 +2,9 @@
 //! uses once both are known.
 //!
 //! The application version, the channel count and the set of unordered channels must be
-//! equal; the datagram size is the smaller of both sides'; each direction's bandwidth is
+//! equal; the datagram size is the smaller of both sides' (each side's own being its
+//! configured `mtu`, capped by what the path to the other carries when the host was told:
+//! `Host::set_path_mtu`); each direction's bandwidth is
 //! the smaller of the sender's outgoing and the receiver's incoming limit (0 meaning none);
 //! each direction's packet limit is the receiver's.
 
@@ -58,11 +60,18 @@ fn min_limit(a: u32, b: u32) -> u64 {
     }
 }
 
-/// Checks the remote side's request against this side's configuration, for a connection
-/// whose datagrams carry `extra` bytes of sealing (0 in plain mode; secure mode:
-/// `wire::secure::SEAL_EXTRA`): the datagram size must leave the layers below at least
-/// the smallest one, and packet limits count with what it leaves them.
-pub(crate) fn negotiate(cfg: &PeerConfig, remote: &ConnectRequest, extra: usize) -> Result<Params, Mismatch> {
+/// Checks the remote side's request against this side's configuration and datagram size
+/// `mtu` (what its request announced: the configured one, or less on a path that carries
+/// less), for a connection whose datagrams carry `extra` bytes of sealing (0 in plain
+/// mode; secure mode: `wire::secure::SEAL_EXTRA`): the datagram size must leave the
+/// layers below at least the smallest one, and packet limits count with what it leaves
+/// them.
+pub(crate) fn negotiate(
+    cfg: &PeerConfig,
+    mtu: usize,
+    remote: &ConnectRequest,
+    extra: usize,
+) -> Result<Params, Mismatch> {
     if remote.app_version != cfg.app_version {
         return Err(Mismatch::AppVersion { local: cfg.app_version, remote: remote.app_version });
     }
@@ -78,7 +87,7 @@ pub(crate) fn negotiate(cfg: &PeerConfig, remote: &ConnectRequest, extra: usize)
     if remote_mtu < MIN_MTU + extra {
         return Err(Mismatch::Mtu { local_min: MIN_MTU + extra, remote: remote_mtu });
     }
-    let mtu = cfg.mtu.min(remote_mtu);
+    let mtu = mtu.min(remote_mtu);
     let protocol_max = wire::fragment_payload(mtu - extra) * wire::MAX_FRAGMENTS as usize;
     Ok(Params {
         mtu,
@@ -133,11 +142,11 @@ mod tests {
     fn equal_versions_and_channels_negotiate_the_smaller_limits() {
         let a = PeerConfig { mtu: 1400, outgoing_bandwidth: 50_000, max_packet_size: 1000, ..PeerConfig::default() };
         let b = PeerConfig { incoming_bandwidth: 20_000, ..PeerConfig::default() };
-        let p = negotiate(&a, &request(&b, 1, 2, 3, None), 0).unwrap();
+        let p = negotiate(&a, a.mtu, &request(&b, 1, 2, 3, None), 0).unwrap();
         assert_eq!((p.mtu, p.channels), (1200, 4));
         assert_eq!(p.send_bandwidth, 20_000);
         assert_eq!((p.send_max_packet, p.recv_max_packet), (1000, 1000));
-        let q = negotiate(&b, &request(&a, 1, 2, 3, None), 0).unwrap();
+        let q = negotiate(&b, b.mtu, &request(&a, 1, 2, 3, None), 0).unwrap();
         assert_eq!(q.send_bandwidth, 0, "b sends without limit to a, which accepts any");
         assert_eq!(q.send_max_packet, 1000, "a accepts 1000-byte packets at most");
     }
@@ -146,10 +155,16 @@ mod tests {
     fn mismatches_are_named_with_both_values() {
         let a = PeerConfig::default();
         let b = PeerConfig { app_version: 9, ..PeerConfig::default() };
-        assert_eq!(negotiate(&a, &request(&b, 1, 2, 3, None), 0), Err(Mismatch::AppVersion { local: 0, remote: 9 }));
+        assert_eq!(
+            negotiate(&a, a.mtu, &request(&b, 1, 2, 3, None), 0),
+            Err(Mismatch::AppVersion { local: 0, remote: 9 })
+        );
         let mut c = PeerConfig::default();
         c.channels.pop();
-        assert_eq!(negotiate(&a, &request(&c, 1, 2, 3, None), 0), Err(Mismatch::ChannelCount { local: 4, remote: 3 }));
+        assert_eq!(
+            negotiate(&a, a.mtu, &request(&c, 1, 2, 3, None), 0),
+            Err(Mismatch::ChannelCount { local: 4, remote: 3 })
+        );
         // The refusal carries the refuser's value; the requester reads both.
         let r = refusal(Mismatch::AppVersion { local: 0, remote: 9 });
         assert_eq!(refused(&b, r), DisconnectReason::Incompatible(Mismatch::AppVersion { local: 9, remote: 0 }));
@@ -158,10 +173,10 @@ mod tests {
         d.channels[2] = crate::config::ChannelConfig::unordered();
         d.channels[3] = crate::config::ChannelConfig::unordered();
         let mut e = d.clone();
-        assert!(negotiate(&d, &request(&e, 1, 2, 3, None), 0).is_ok());
+        assert!(negotiate(&d, d.mtu, &request(&e, 1, 2, 3, None), 0).is_ok());
         e.channels[2] = crate::config::ChannelConfig::default();
         let m = Mismatch::Unordered { channel: 2, local: true, remote: false };
-        assert_eq!(negotiate(&d, &request(&e, 1, 2, 3, None), 0), Err(m));
+        assert_eq!(negotiate(&d, d.mtu, &request(&e, 1, 2, 3, None), 0), Err(m));
         assert_eq!(
             refused(&e, refusal(m)),
             DisconnectReason::Incompatible(Mismatch::Unordered { channel: 2, local: false, remote: true })
