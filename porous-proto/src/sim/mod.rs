@@ -5,7 +5,9 @@
 //! corruption, a bandwidth bottleneck with a drop-tail queue, and an MTU, set per direction
 //! ([`LinkConditions`], with presets such as [`LinkConditions::wifi`]). Time is simulated:
 //! [`Network::step`] jumps to the earliest host deadline or delivery, or advances one fixed
-//! tick in engine-style mode ([`Network::set_tick`]). Everything random comes from one
+//! tick in engine-style mode ([`Network::set_tick`]). A host's loop can also run late, as a
+//! busy process's does: stalled, it handles nothing until the stall ends, then its whole
+//! backlog at once ([`Network::stall`], [`Stalls`]). Everything random comes from one
 //! seed, so a run is a function of the seed and the script: run it twice, get the same
 //! events and the same bytes.
 //!
@@ -109,6 +111,7 @@
 
 mod link;
 mod rng;
+mod stall;
 mod trace;
 
 use std::cmp::{Ordering, Reverse};
@@ -127,6 +130,8 @@ pub use link::{BurstLoss, Fate, LinkConditions, LinkStats, REPLAY_HISTORY};
 #[cfg(test)]
 pub(crate) use rng::SplitMix64;
 pub use rng::seeded_rng;
+use stall::StallState;
+pub use stall::Stalls;
 pub use trace::{TapRecord, TraceRecord};
 
 /// A script deciding per datagram whether a link lets it through (`false` drops it):
@@ -136,6 +141,8 @@ pub type Script = Box<dyn FnMut(u64, &[u8]) -> bool + Send>;
 struct SimHost {
     host: Host,
     events: VecDeque<Event>,
+    /// Its loop's stalls, and what arrived during one.
+    stall: StallState,
 }
 
 /// A datagram a link hands over: who sent it, to whom, and its bytes
@@ -240,7 +247,7 @@ impl Network {
     /// the address.
     pub fn add_host(&mut self, addr: SocketAddr, config: HostConfig) -> Result<(), ConfigError> {
         let host = Host::new(config, rng::host_rng(self.wires.seed, addr))?;
-        self.hosts.insert(addr, SimHost { host, events: VecDeque::new() });
+        self.hosts.insert(addr, SimHost { host, events: VecDeque::new(), stall: StallState::default() });
         Ok(())
     }
 
@@ -270,6 +277,35 @@ impl Network {
     /// The next event of the host at `addr`.
     pub fn poll_event(&mut self, addr: SocketAddr) -> Option<Event> {
         self.hosts.get_mut(&addr)?.events.pop_front()
+    }
+
+    /// Makes the loop of the host at `addr` late by `late` from now: until then it is
+    /// neither stepped nor handed datagrams (what arrives waits, as in a socket's buffer),
+    /// and when the stall ends it handles the whole backlog at once, then steps. A busy
+    /// frame, a collector's pause. Only hosts the network holds stall.
+    pub fn stall(&mut self, addr: SocketAddr, late: Duration) {
+        let now = self.wires.now;
+        if let Some(h) = self.hosts.get_mut(&addr) {
+            h.stall.stall(now, late);
+        }
+    }
+
+    /// Makes the loop of the host at `addr` stall at random from now on (see [`Stalls`];
+    /// `None` stops them, letting a stall under way end). The stalls are drawn from a
+    /// generator of the host's own (seeded from the network's seed and the address), not
+    /// from the network's.
+    pub fn set_stalls(&mut self, addr: SocketAddr, stalls: Option<Stalls>) {
+        let (now, seed) = (self.wires.now, self.wires.seed);
+        if let Some(h) = self.hosts.get_mut(&addr) {
+            h.stall.set_random(now, stalls, rng::stall_rng(seed, addr));
+        }
+    }
+
+    /// Whether the loop of the host at `addr` is stalled now (an application sharing the
+    /// loop would be late too).
+    pub fn is_stalled(&mut self, addr: SocketAddr) -> bool {
+        let now = self.wires.now;
+        self.hosts.get_mut(&addr).is_some_and(|h| h.stall.stalled(now))
     }
 
     /// Sets the conditions from `from` to `to`.
@@ -398,7 +434,9 @@ impl Network {
             return Some(self.wires.now + tick);
         }
         let delivery = self.next_arrival();
-        let hosts = self.hosts.values().filter_map(|h| h.host.poll_timeout()).min();
+        let now = self.wires.now;
+        // A stalled host's next moment is the end of its stall.
+        let hosts = self.hosts.values().filter_map(|h| h.stall.resumes(now).or_else(|| h.host.poll_timeout())).min();
         match (delivery, hosts) {
             (Some(a), Some(b)) => Some(a.min(b).max(self.wires.now)),
             (a, b) => a.or(b).map(|t| t.max(self.wires.now)),
@@ -417,14 +455,30 @@ impl Network {
         self.advance_to(next);
         let now = self.wires.now;
         let mut stepped = BTreeSet::new();
+        // A host whose stall is over handles its backlog first: it arrived earlier.
+        for (&addr, h) in &mut self.hosts {
+            if h.stall.resumed(now) {
+                for a in std::mem::take(&mut h.stall.backlog) {
+                    h.host.handle_datagram(now, a.from, &a.payload);
+                }
+                stepped.insert(addr);
+            }
+        }
         while let Some(a) = self.pop_arrival() {
             if let Some(h) = self.hosts.get_mut(&a.to) {
+                if h.stall.stalled(now) {
+                    h.stall.backlog.push_back(a);
+                    continue;
+                }
                 h.host.handle_datagram(now, a.from, &a.payload);
                 stepped.insert(a.to);
             }
         }
         let tick = self.wires.tick.is_some();
         for (&addr, h) in &mut self.hosts {
+            if h.stall.stalled(now) {
+                continue;
+            }
             if tick || stepped.contains(&addr) || h.host.poll_timeout().is_some_and(|t| t <= now) {
                 h.host.step(now);
                 self.wires.route(addr, &mut h.host);

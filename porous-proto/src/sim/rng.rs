@@ -38,6 +38,13 @@ pub(crate) fn host_rng(seed: u64, addr: SocketAddr) -> Pcg32 {
     Pcg32::new(seed ^ h, h | 1)
 }
 
+/// The generator of the random stalls of the host at `addr` (`Network::set_stalls`): the
+/// host's, on another stream, so stalls draw nothing from the links' generator.
+pub(crate) fn stall_rng(seed: u64, addr: SocketAddr) -> Pcg32 {
+    let mut rng = host_rng(seed, addr);
+    Pcg32::new(rand_core::Rng::next_u64(&mut rng), STREAM ^ 0x5bd1_e995)
+}
+
 /// SplitMix64: the seeded stream of test inputs (random bytes for fuzz replays, choices of
 /// property tests) of the crate's unit tests.
 #[cfg(test)]

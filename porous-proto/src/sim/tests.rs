@@ -309,3 +309,71 @@ fn queued_bytes_is_what_the_bottleneck_holds_and_drains_at_its_rate() {
     net.advance_to(net.now() + Duration::from_secs(1));
     assert_eq!(net.queued_bytes(s1, r), 0, "drained");
 }
+
+/// Two hosts the network holds, `a` connected to `b` over a perfect 10 ms link both ways;
+/// returns a's id for b.
+fn connected_pair(seed: u64) -> (Network, crate::PeerId) {
+    let (a, b) = (addr(1), addr(2));
+    let mut net = Network::new(seed);
+    net.add_host(a, HostConfig::default()).unwrap();
+    net.add_host(b, HostConfig::default()).unwrap();
+    net.set_link_both(a, b, LinkConditions::perfect(10 * MS));
+    let now = net.now();
+    let peer = net.host_mut(a).connect(now, b).unwrap();
+    assert!(net.run_until(Duration::from_secs(1), |net| {
+        net.host(a).peer_stats(peer).is_some_and(|s| s.state == PeerState::Connected)
+    }));
+    net.run_for(Duration::from_secs(1), |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
+    (net, peer)
+}
+
+#[test]
+fn a_stalled_host_handles_its_backlog_at_once_when_its_loop_resumes() {
+    let (a, b) = (addr(1), addr(2));
+    let (mut net, peer) = connected_pair(4);
+    net.stall(b, 40 * MS);
+    let stalled_at = net.elapsed();
+    let sent_back = net.link_stats(b, a).sent;
+    let mut received = Vec::new();
+    for i in 0..3u8 {
+        net.host_mut(a).send(peer, 0, Bytes::from(vec![i; 20]), crate::SendMode::Reliable).unwrap();
+        net.run_for(5 * MS, |net| {
+            while let Some(e) = net.poll_event(b) {
+                received.push((net.elapsed(), e));
+            }
+        });
+    }
+    assert!(net.is_stalled(b) && received.is_empty() && net.link_stats(b, a).sent == sent_back, "b does nothing");
+    net.run_for(50 * MS, |net| {
+        while let Some(e) = net.poll_event(b) {
+            received.push((net.elapsed(), e));
+        }
+    });
+    // All three arrived during the stall (10, 15, 20 ms in) and are handled at its end.
+    let at: Vec<Duration> = received.iter().filter(|(_, e)| matches!(e, Event::Received { .. })).map(|r| r.0).collect();
+    assert_eq!(at, vec![stalled_at + 40 * MS; 3]);
+    assert!(!net.is_stalled(b) && net.link_stats(b, a).sent > sent_back, "b answers once it resumes");
+}
+
+#[test]
+fn random_stalls_are_seeded() {
+    let run = |stalls: Option<Stalls>| {
+        let (mut net, peer) = connected_pair(5);
+        let (a, b) = (addr(1), addr(2));
+        net.set_stalls(b, stalls);
+        let mut stalled = 0;
+        for _ in 0..200u32 {
+            net.host_mut(a).send(peer, 1, Bytes::from(vec![1; 20]), crate::SendMode::Unreliable).unwrap();
+            net.run_for(10 * MS, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
+            stalled += u32::from(net.is_stalled(b));
+        }
+        (net.link_stats(b, a), stalled)
+    };
+    let (plain, never) = run(None);
+    let (busy, sometimes) = run(Some(Stalls::busy()));
+    assert_eq!(never, 0);
+    // Stalls of 5-20 ms every 150-250 ms: b is found stalled at some of the 200 instants.
+    assert!((5..60).contains(&sometimes), "{sometimes}");
+    assert_ne!(plain, busy, "b's acknowledgements went otherwise");
+    assert_eq!(run(Some(Stalls::busy())), (busy, sometimes), "the same seed, the same run");
+}
