@@ -37,11 +37,11 @@ use siphasher::sip::SipHasher13;
 use crate::arena::Arena;
 use crate::config::{ConfigError, HostConfig, SequenceStart};
 use crate::event::{AdmissionError, ConnectError, Event, PeerId, SendError, SendMode, Transmit};
-use crate::listener::{Listener, Refused, Verdict};
-use crate::peer::{self, Outputs, Peer, SecureState, Settings};
+use crate::listener::{Listener, Refused, ReplyKey, Request, Verdict};
+use crate::peer::{self, Input, Outputs, Peer, SecureState, Settings};
 use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
 use crate::time::Time;
-use crate::token::{ConnectToken, VerifiedToken};
+use crate::token::ConnectToken;
 use crate::wire::{self, Control, DecodeError, Key, KeyClass};
 
 /// The hasher of the address table: SipHash-1-3 under a key of the host's own, so which
@@ -687,9 +687,8 @@ impl Host {
         let (nonce, frame, packet) = self.next_ids();
         let req = self.request(nonce, frame, packet, mtu);
         let seed = self.rng.next_u64();
-        let id = self.next_id();
-        let local = (req, Bytes::copy_from_slice(data));
-        let index = self.insert(Peer::outgoing(now, (id, remote), Arc::clone(&self.settings), local, seed, None));
+        let start = self.start(remote, req, seed);
+        let index = self.insert(Peer::outgoing(now, start, Bytes::copy_from_slice(data), None));
         Ok(self.id_of(index))
     }
 
@@ -755,9 +754,8 @@ impl Host {
             return Err(ConnectError::TokenTooLarge { size, max: mtu });
         }
         let seed = self.rng.next_u64();
-        let id = self.next_id();
-        let secure = Some(SecureState::client(&token));
-        let peer = Peer::outgoing(now, (id, remote), Arc::clone(&self.settings), (req, Bytes::new()), seed, secure);
+        let start = self.start(remote, req, seed);
+        let peer = Peer::outgoing(now, start, Bytes::new(), Some(SecureState::client(&token)));
         let index = self.insert(peer);
         Ok(self.id_of(index))
     }
@@ -772,70 +770,32 @@ impl Host {
             Ok(ty) => ty,
             Err(e) => return self.malformed(e),
         };
-        if self.config.secure.is_some() {
-            return self.handle_sealed((now, t), from, ty, datagram);
-        }
         if wire::key_class(ty) == KeyClass::Version {
-            let (req, data) = match Control::decode(datagram, Key::version()) {
-                Ok(Control::Request { request, data }) => (request, data),
-                Ok(_) => return self.malformed(DecodeError::UnknownType(ty)),
-                Err(e) => return self.malformed(e),
+            // A request passes the listener's gate (secure mode: token, seal, record of
+            // use) before anything else.
+            return match self.listener.open(now, from, datagram) {
+                Ok(request) => self.handle_request((now, t), from, request),
+                Err(Refused::Malformed(e)) => self.malformed(e),
+                Err(Refused::NotListening) => self.stats.unknown_source += 1,
+                // Counted by the listener.
+                Err(_) => {}
             };
-            return self.handle_request((now, t), from, req, data, None);
         }
         let Some(&index) = self.by_addr.get(&from) else {
             self.stats.unknown_source += 1;
             return;
         };
-        let result = if ty & 0x80 == 0 {
-            // A data datagram: copy it once into the receive arena; packets delivered
-            // from it are slices of that copy.
-            let buf = self.recv_arena.room(datagram.len());
-            buf.extend_from_slice(datagram);
-            let bytes: Bytes = buf.split().freeze();
-            self.drive(index, |peer, out| peer.handle_data(t, &bytes, out))
-        } else {
-            self.drive(index, |peer, out| peer.handle_control(t, ty, datagram, out))
-        };
-        if let Some(Err(e)) = result {
-            self.malformed(e);
-        }
-        self.mark_dirty(index);
-    }
-
-    /// Secure mode: a datagram of `from`, type `ty`. Requests pass the listener's gate
-    /// (token, seal, record of use) before anything else; everything else goes to the
-    /// peer of its address, which opens it with its keys through its replay window.
-    /// `now` as the caller gave it (for the listener) and as the peers count it.
-    fn handle_sealed(&mut self, (now, t): (Instant, Time), from: SocketAddr, ty: u8, datagram: &[u8]) {
-        if ty == wire::secure::REQUEST_TYPE {
-            let admitted = match self.listener.open_sealed(now, from, datagram) {
-                Some(Ok(a)) => a,
-                Some(Err(Refused::Malformed(e))) => return self.malformed(e),
-                // Counted by the listener; a host without a private key takes no requests.
-                Some(Err(_)) => return,
-                None => {
-                    self.stats.unknown_source += 1;
-                    return;
-                }
-            };
-            let data = admitted.token.user_data.clone();
-            return self.handle_request((now, t), from, admitted.request, &data, Some(&admitted.token));
-        }
-        let Some(&index) = self.by_addr.get(&from) else {
-            self.stats.unknown_source += 1;
-            return;
-        };
-        let result = if ty & 0x80 == 0 {
-            let Self { slots, out, recv_arena, listener, census, .. } = self;
-            slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()).map(|peer| {
-                drive_peer(peer, out, (listener, census), |peer, out| {
-                    peer.handle_sealed_data(t, datagram, recv_arena, out)
-                })
+        // Everything else goes to the peer of its address: opened with its keys (secure
+        // mode: through its replay window), then acted on. A data datagram is copied once
+        // into the receive arena (decrypted into it in secure mode); packets delivered
+        // from it are slices of that copy.
+        let Self { slots, out, recv_arena, listener, census, .. } = self;
+        let result = slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()).map(|peer| {
+            drive_peer(peer, out, (listener, census), |peer, out| match peer.open(ty, datagram, recv_arena)? {
+                Some(input) => peer.handle(t, input, out),
+                None => Ok(()),
             })
-        } else {
-            self.drive(index, |peer, out| peer.handle_sealed_control(t, ty, datagram, out))
-        };
+        });
         match result {
             Some(Err(DecodeError::Replayed)) => self.stats.replayed += 1,
             Some(Err(e)) => self.malformed(e),
@@ -851,8 +811,7 @@ impl Host {
         }
     }
 
-    /// A connection request from `from`, verified as far as its mode allows: in plain mode
-    /// its check, in secure mode its token and seal (`token`, whose user data is `data`).
+    /// A connection request from `from`, opened by the listener.
     ///
     /// From an address with a peer, it is that peer's, unless the peer is an incoming
     /// handshake of another attempt: a request alone does not replace it (anyone can put an
@@ -860,65 +819,54 @@ impl Host {
     /// it receives at the address does (the listener's cookie). Otherwise the listener
     /// decides. Nothing is allocated for a request the host does not take, and every answer
     /// is no larger than the request.
-    fn handle_request(
-        &mut self,
-        (now, t): (Instant, Time),
-        from: SocketAddr,
-        req: wire::ConnectRequest,
-        data: &[u8],
-        token: Option<&VerifiedToken>,
-    ) {
+    fn handle_request(&mut self, (now, t): (Instant, Time), from: SocketAddr, req: Request<'_>) {
         if let Some(&index) = self.by_addr.get(&from) {
-            let held = self
-                .slots
-                .get(index as usize)
-                .and_then(|s| s.peer.as_ref())
-                .is_some_and(|p| p.is_held_against(&req, token));
+            let token = req.token.as_ref();
+            let slot = self.slots.get(index as usize);
+            let held = slot.and_then(|s| s.peer.as_ref()).is_some_and(|p| p.is_held_against(&req.request, token));
             if !held {
-                self.drive(index, |peer, out| peer.handle_request(t, req, data, token, out));
+                let input = Input::Request { request: req.request, data: req.data, token };
+                self.drive(index, |peer, out| peer.handle(t, input, out));
                 self.mark_dirty(index);
                 return;
             }
-            if let Err(cookie) = self.listener.prove(now, from, &req) {
-                return self.reply(from, &req, token, &Control::Challenge(cookie));
+            if let Err(cookie) = self.listener.prove(now, from, &req.request) {
+                return self.answer(from, &Control::Challenge(cookie), req.reply_key());
             }
             self.drive(index, |peer, out| peer.supersede(t, out));
             self.remove(index);
         }
         let mtu = self.mtu_towards(from);
-        match self.listener.judge(now, from, &req, self.by_addr.len(), (&self.config.peer, mtu)) {
-            Verdict::Challenge(cookie) => self.reply(from, &req, token, &Control::Challenge(cookie)),
-            Verdict::Refuse(reason) => self.reply(from, &req, token, &Control::Refuse(reason)),
+        match self.listener.judge(now, from, req, self.by_addr.len(), (&self.config.peer, mtu)) {
+            Verdict::Answer(c, key) => self.answer(from, &c, key),
             Verdict::Defer => {}
-            Verdict::Accept(params) => {
-                if let Some(token) = token {
-                    self.listener.record_token(token, from);
-                }
+            Verdict::Accept(admitted) => {
                 let (nonce, frame, packet) = self.next_ids();
                 let seed = self.rng.next_u64();
-                let secure = token.map(|token| SecureState::server(token, self.rng.next_u64()));
+                let secure = admitted.token.as_ref().map(|token| SecureState::server(token, self.rng.next_u64()));
                 let local = self.request(nonce, frame, packet, mtu);
-                let at = (self.next_id(), from);
-                let settings = Arc::clone(&self.settings);
-                let remote = (req, params, Bytes::copy_from_slice(data));
-                let manual = self.config.manual_accept;
-                let peer = Peer::incoming(t, at, settings, (local, seed), remote, manual, secure, &mut self.out);
+                let start = self.start(from, local, seed);
+                let peer = Peer::incoming(t, start, admitted, secure, self.config.manual_accept, &mut self.out);
                 self.insert(peer);
             }
         }
     }
 
-    /// Answers `req` from `to` before any peer does: keyed with its nonce in plain mode,
-    /// sealed with its token's reply key in secure mode.
-    fn reply(&mut self, to: SocketAddr, req: &wire::ConnectRequest, token: Option<&VerifiedToken>, c: &Control<'_>) {
-        match token {
-            None => self.out.control(to, c, Key::reply(req.nonce)),
-            Some(token) => {
-                let key = token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0);
+    /// Answers a request from `to` before any peer does, keyed or sealed with `key`.
+    fn answer(&mut self, to: SocketAddr, c: &Control<'_>, key: ReplyKey) {
+        match key {
+            ReplyKey::Plain(nonce) => self.out.control(to, c, Key::reply(nonce)),
+            ReplyKey::Sealed(key) => {
                 let salt = self.rng.next_u64();
                 self.out.encode(to, |buf| wire::secure::encode_reply(buf, c, &key, salt));
             }
         }
+    }
+
+    /// A new peer's start at `remote`: the id the next inserted peer gets, this host's
+    /// settings, its request `local` and its session's secret `seed`.
+    fn start(&self, remote: SocketAddr, local: wire::ConnectRequest, seed: u64) -> peer::Start {
+        peer::Start { id: self.next_id(), remote, settings: Arc::clone(&self.settings), local, seed }
     }
 
     /// Runs every timer due at `now` and assembles the datagrams that can go out: one

@@ -1,6 +1,9 @@
-//! The listener: the host's side of incoming connection requests. It decides, for each
-//! request from an address with no peer, whether to answer it with a cookie challenge, a
-//! refusal, nothing for now, or a new pending peer, and keeps the count of pending
+//! The listener: the host's side of incoming connection requests, in both modes. It opens
+//! each request ([`Listener::open`]: its check in plain mode; in secure mode the gate of
+//! `tokens`, its token and seal) into one [`Request`] value, decides for a request from an
+//! address with no peer whether to answer it with a cookie challenge, a refusal, nothing
+//! for now, or a new pending peer ([`Listener::judge`], whose [`Verdict::Accept`] carries
+//! the one [`Admitted`] value a peer is made from), and keeps the count of pending
 //! handshakes that the decision depends on.
 //!
 //! The rules (`docs/protocol.md`, Handshake; `docs/security.md`):
@@ -30,24 +33,62 @@ use std::net::SocketAddr;
 use web_time::Instant;
 
 use cookie::CookieJar;
-pub(crate) use tokens::{Admitted, Refused, TokenGate};
+pub(crate) use tokens::Refused;
+use tokens::TokenGate;
+
+use bytes::Bytes;
 
 use crate::config::{HostConfig, PeerConfig};
-use crate::peer::{self, Params};
+use crate::peer::{self, Admitted};
 use crate::token::VerifiedToken;
-use crate::wire::{ConnectRequest, Cookie, RefuseReason};
+use crate::wire::secure::{SecretKey, Use};
+use crate::wire::{self, ConnectRequest, Control, Cookie, DecodeError, Key, RefuseReason};
+
+/// A connection request, verified as far as its mode allows: in plain mode its check, in
+/// secure mode its token and seal.
+#[derive(Debug)]
+pub(crate) struct Request<'d> {
+    /// The requester's parameters.
+    pub(crate) request: ConnectRequest,
+    /// Plain mode: the connect data it carries (secure mode: none; the token's user data
+    /// stands for it).
+    pub(crate) data: &'d [u8],
+    /// Secure mode: its verified token.
+    pub(crate) token: Option<VerifiedToken>,
+}
+
+impl Request<'_> {
+    /// How an answer to it is keyed (plain) or sealed (secure), so that only the
+    /// requester accepts it.
+    pub(crate) fn reply_key(&self) -> ReplyKey {
+        match &self.token {
+            None => ReplyKey::Plain(self.request.nonce),
+            Some(t) => ReplyKey::Sealed(t.keys().1.derive(Use::Reply, self.request.nonce, 0)),
+        }
+    }
+}
+
+/// The key of an answer to a request, before any peer exists.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReplyKey {
+    /// Plain mode: keyed with the request's nonce.
+    Plain(u32),
+    /// Secure mode: sealed with the reply key of the request's token and nonce.
+    Sealed(SecretKey),
+}
 
 /// What to do with a connection request.
 #[derive(Debug)]
+// A verdict is matched where it is made, never stored: its size costs a copy at most.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Verdict {
-    /// Answer with this cookie; the requester must echo it.
-    Challenge(Cookie),
-    /// Answer with a refusal; allocate nothing.
-    Refuse(RefuseReason),
+    /// Answer with this (a cookie challenge the requester must echo, or a refusal), with
+    /// this key; allocate nothing.
+    Answer(Control<'static>, ReplyKey),
     /// Do not answer now: the requester's retry may find room.
     Defer,
-    /// Make a pending peer with these parameters and answer the request.
-    Accept(Params),
+    /// Make a pending peer of this request, and answer it.
+    Accept(Admitted),
 }
 
 /// Counters of the listener (reported in `HostStats`).
@@ -76,6 +117,7 @@ pub(crate) struct Listener {
     counters: ListenerCounters,
     /// Secure mode: bytes sealing adds to each datagram (0 in plain mode).
     seal_extra: usize,
+    secure: bool,
     /// Secure mode, on a server: the gate requests pass before they are judged.
     gate: Option<TokenGate>,
 }
@@ -91,7 +133,8 @@ impl Listener {
             challenge_above: config.challenge_above,
             pending: 0,
             counters: ListenerCounters::default(),
-            seal_extra: if config.secure.is_some() { crate::wire::secure::SEAL_EXTRA } else { 0 },
+            seal_extra: if config.secure.is_some() { wire::secure::SEAL_EXTRA } else { 0 },
+            secure: config.secure.is_some(),
             gate: config.secure.as_ref().and_then(TokenGate::new),
         }
     }
@@ -104,31 +147,35 @@ impl Listener {
         true
     }
 
-    /// Secure mode: verifies a sealed request's token and seal (see `tokens`), counting
-    /// what fails. `None` on a host that takes no requests (no private key).
-    pub(crate) fn open_sealed(
+    /// Opens a connection request from `from` at `now`: in plain mode it must decode
+    /// under the protocol's version key; in secure mode its token and seal must verify
+    /// (see `tokens`), counted when they do not.
+    pub(crate) fn open<'d>(
         &mut self,
         now: Instant,
         from: SocketAddr,
-        datagram: &[u8],
-    ) -> Option<Result<Admitted, Refused>> {
-        let result = self.gate.as_ref()?.open(now, from, datagram);
+        datagram: &'d [u8],
+    ) -> Result<Request<'d>, Refused> {
+        if !self.secure {
+            return match Control::decode(datagram, Key::version()) {
+                Ok(Control::Request { request, data }) => Ok(Request { request, data, token: None }),
+                Ok(_) => Err(Refused::Malformed(DecodeError::UnknownType(wire::peek_type(datagram).unwrap_or(0)))),
+                Err(e) => Err(Refused::Malformed(e)),
+            };
+        }
+        // A host without a private key takes no requests.
+        let Some(gate) = &self.gate else { return Err(Refused::NotListening) };
+        let result = gate.open(now, from, datagram);
         let c = &mut self.counters;
         match result {
             Err(Refused::Bad) => c.bad_tokens += 1,
             Err(Refused::Expired) => c.expired_tokens += 1,
             Err(Refused::WrongServer) => c.wrong_server_tokens += 1,
             Err(Refused::Reused) => c.reused_tokens += 1,
-            Err(Refused::Malformed(_)) | Ok(_) => {}
+            Err(Refused::Malformed(_) | Refused::NotListening) | Ok(_) => {}
         }
-        Some(result)
-    }
-
-    /// Secure mode: `from` now uses `token` (its request made a peer).
-    pub(crate) fn record_token(&mut self, token: &VerifiedToken, from: SocketAddr) {
-        if let Some(g) = &mut self.gate {
-            g.record(token, from);
-        }
+        let (request, token) = result?;
+        Ok(Request { request, data: &[], token: Some(token) })
     }
 
     /// Heap bytes of the record of tokens used.
@@ -136,20 +183,22 @@ impl Listener {
         self.gate.as_ref().map_or(0, TokenGate::memory)
     }
 
-    /// Judges `req` from `from` at `now`, with `peers` peers in the table, `cfg` this
-    /// side's connection settings and `mtu` its datagram size towards `from`.
+    /// Judges `request` from `from` at `now`, with `peers` peers in the table, `cfg` this
+    /// side's connection settings and `mtu` its datagram size towards `from`. A request it
+    /// accepts counts as pending, and in secure mode its token as used from `from`.
     pub(crate) fn judge(
         &mut self,
         now: Instant,
         from: SocketAddr,
-        req: &ConnectRequest,
+        request: Request<'_>,
         peers: usize,
         (cfg, mtu): (&PeerConfig, usize),
     ) -> Verdict {
+        let req = &request.request;
         if self.pending >= self.challenge_above {
             // Under load: no state for a request until it proves it can hear us.
             if let Err(cookie) = self.prove(now, from, req) {
-                return Verdict::Challenge(cookie);
+                return Verdict::Answer(Control::Challenge(cookie), request.reply_key());
             }
         }
         let verdict = if !self.accept_incoming {
@@ -162,7 +211,7 @@ impl Listener {
         match verdict {
             Err(reason) => {
                 self.counters.refused += 1;
-                Verdict::Refuse(reason)
+                Verdict::Answer(Control::Refuse(reason), request.reply_key())
             }
             Ok(_) if self.pending >= self.max_pending => {
                 self.counters.handshakes_deferred += 1;
@@ -171,7 +220,15 @@ impl Listener {
             Ok(params) => {
                 self.counters.accepted += 1;
                 self.pending += 1;
-                Verdict::Accept(params)
+                let Request { request, data, token } = request;
+                let data = match (&token, &mut self.gate) {
+                    (Some(token), Some(gate)) => {
+                        gate.record(token, from);
+                        token.user_data.clone()
+                    }
+                    _ => Bytes::copy_from_slice(data),
+                };
+                Verdict::Accept(Admitted { request, params, data, token })
             }
         }
     }

@@ -21,17 +21,12 @@ use crate::token::{PrivateKey, TOKEN_TAG_LEN, TokenError, VerifiedToken};
 use crate::wire::secure::SealedRequest;
 use crate::wire::{ConnectRequest, DecodeError};
 
-/// A request whose token and seal verified.
-#[derive(Debug)]
-pub(crate) struct Admitted {
-    pub(crate) request: ConnectRequest,
-    pub(crate) token: VerifiedToken,
-}
-
-/// Why a sealed request was dropped (each has its own counter).
+/// Why a request was dropped unanswered (each has its own counter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Refused {
-    /// Not a sealed request at all.
+    /// A secure host without the private key: it takes no requests.
+    NotListening,
+    /// Not a request at all (or not a sealed one, in secure mode).
     Malformed(DecodeError),
     /// The token or the request's seal does not verify.
     Bad,
@@ -83,8 +78,13 @@ impl TokenGate {
         self.addresses = addresses;
     }
 
-    /// Verifies a sealed request from `from` at `now`.
-    pub(crate) fn open(&self, now: Instant, from: SocketAddr, datagram: &[u8]) -> Result<Admitted, Refused> {
+    /// Verifies a sealed request from `from` at `now`: its parameters and its token.
+    pub(crate) fn open(
+        &self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(ConnectRequest, VerifiedToken), Refused> {
         let sealed = SealedRequest::split(datagram).map_err(Refused::Malformed)?;
         let unix = self.unix(now);
         let token = VerifiedToken::open(&self.key, sealed.token, unix).map_err(|e| match e {
@@ -98,7 +98,7 @@ impl TokenGate {
         if self.used.get(&token.id()).is_some_and(|&(addr, expires)| addr != from && expires > unix) {
             return Err(Refused::Reused);
         }
-        Ok(Admitted { request, token })
+        Ok((request, token))
     }
 
     /// Records that `from` uses `token` (called when a request makes a peer).
@@ -173,11 +173,11 @@ mod tests {
         let (a, b): (SocketAddr, SocketAddr) = ("10.0.0.1:1".parse().unwrap(), "10.0.0.3:1".parse().unwrap());
         let t = make(&mut rng, server);
         let d = seal(&t, 7);
-        let ok = gate.open(t0, a, &d).unwrap();
-        assert_eq!((ok.request, ok.token.client_id), (request(7), 5));
+        let (ok_request, ok_token) = gate.open(t0, a, &d).unwrap();
+        assert_eq!((ok_request, ok_token.client_id), (request(7), 5));
         assert_eq!(gate.open(t0 + Duration::from_secs(30), a, &d).unwrap_err(), Refused::Expired);
         // Used by a, then from b: refused; from a again: fine.
-        gate.record(&ok.token, a);
+        gate.record(&ok_token, a);
         assert_eq!(gate.open(t0, b, &d).unwrap_err(), Refused::Reused);
         assert!(gate.open(t0, a, &d).is_ok());
         // A token for another server; a request sealed with the wrong key; garbage.
@@ -196,8 +196,8 @@ mod tests {
         // The record is bounded: two newer tokens push the first out.
         for _ in 0..2 {
             let t = make(&mut rng, server);
-            let admitted = gate.open(t0, a, &seal(&t, 1)).unwrap();
-            gate.record(&admitted.token, a);
+            let (_, token) = gate.open(t0, a, &seal(&t, 1)).unwrap();
+            gate.record(&token, a);
         }
         assert_eq!(gate.used.len(), 2);
         assert!(gate.open(t0, b, &d).is_ok(), "forgotten: only token_memory tokens are kept");

@@ -24,23 +24,35 @@
 //! frame proves the sender holds this side's nonce, so it counts as the acknowledgement
 //! (the spec's lost-acknowledgement case, Figure 2 (a), then costs nothing).
 //!
-//! The session (transfer layer, channels, buffers) is made when the connection is, inline
-//! in the peer, so that a connected peer's fixed state is one record in the host's slot:
-//! a pending peer has its room (about 1.5 KB) without its buffers, and `max_pending` bounds
-//! how many there are. The handshake state proper (both requests, the negotiated
-//! parameters, connect data; about 320 bytes), boxed, is dropped then: a connected peer
-//! answers a late request from the nonces and keys it keeps, and never sends one again.
+//! The state is one enum, [`State`], whose variants hold what each state needs and
+//! nothing else: the handshake (boxed: both requests, the negotiated parameters, connect
+//! data, the retry timer; about 350 bytes) while connecting; the session (transfer layer,
+//! channels, buffers) and the connection's keys once connected, inline, so that a
+//! connected peer's fixed state is one record in the host's slot (a pending peer has that
+//! room, about 1.5 KB, without the buffers, and `max_pending` bounds how many there are);
+//! what the disconnection is doing while disconnecting; the final counters once ended.
+//! A connected peer answers a late request from the nonces and keys it keeps, and never
+//! sends one again.
 //!
-//! Under manual admission an incoming request first awaits the application's decision: it
-//! is reported once (`Event::ConnectRequest`), left unanswered, and its retries, or
-//! requests with another nonce from the same address, change nothing. Accepted, it answers
-//! as any incoming handshake would; rejected, it sends one refusal and ends at once.
+//! Datagrams reach the state machine opened ([`Peer::open`], then [`Peer::handle`]): the
+//! peer's keys (`keys`) verify a control datagram or a sealed one before anything acts on
+//! it; requests are opened by the host's listener and come as [`Input::Request`].
 //!
-//! A peer's parts, one file each: `negotiate` (the parameters of a connection),
-//! `session` (the data path: transfer layer, channels, keys), `settings` (what it keeps of
-//! the configuration), `output` (where its datagrams and events go), `timers` (its timer
-//! table).
+//! An incoming handshake holds to the attempt it answered: a request of another attempt
+//! changes nothing here (the host replaces the whole peer for a requester that proves it
+//! receives at the address: [`Peer::is_held_against`]). Under manual admission an
+//! incoming request first awaits the application's decision: it is reported once
+//! (`Event::ConnectRequest`), left unanswered, and its retries change nothing. Accepted,
+//! it answers as any incoming handshake would; rejected, it sends one refusal and ends at
+//! once.
+//!
+//! A peer's parts, one file each: `keys` (opening what arrives, sealing what leaves, in
+//! both modes), `secure` (secure mode's token and connection ciphers), `negotiate` (the
+//! parameters of a connection), `session` (the data path: transfer layer, channels),
+//! `settings` (what it keeps of the configuration), `output` (where its datagrams and
+//! events go), `timers` (its timer table).
 
+mod keys;
 mod negotiate;
 mod output;
 mod secure;
@@ -61,7 +73,9 @@ use crate::lean::Nanos;
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::token::VerifiedToken;
 use crate::wire::secure::SecretKey;
-use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, PlainKey, RefuseReason};
+use crate::wire::{self, ConnectRequest, Control, Cookie, Key, RefuseReason};
+pub(crate) use keys::Input;
+use keys::{Connection, Keys, send_connection};
 pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
 pub(crate) use secure::SecureState;
@@ -73,40 +87,305 @@ use timers::{Timer, Timers};
 /// The longest interval between handshake or disconnection retries.
 const MAX_RETRY: Duration = Duration::from_secs(1);
 
-/// Who started the connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Origin {
-    /// This side called `connect`: the application holds the id from the start.
-    Local,
-    /// A request arrived: the application learns the id with `Connected`.
-    Remote,
+/// This side of a new connection: the id events about it carry, the remote's address, the
+/// host's settings, this side's request (its nonce and first ids) and secret randomness
+/// for its session (the frame ids it skips).
+#[derive(Debug)]
+pub(crate) struct Start {
+    pub(crate) id: PeerId,
+    pub(crate) remote: SocketAddr,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) local: ConnectRequest,
+    pub(crate) seed: u64,
 }
 
-/// What disconnecting is doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Closing {
-    /// Sending what is pending first, until this deadline.
-    Flushing(Time),
-    /// Sending disconnection requests since this time.
-    Requesting(Time),
+/// A connection request the listener took: what an incoming peer is made from.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    /// The requester's parameters.
+    pub(crate) request: ConnectRequest,
+    /// What the connection runs with, negotiated from them.
+    pub(crate) params: Params,
+    /// Its connect data (plain mode) or its token's user data (secure mode).
+    pub(crate) data: Bytes,
+    /// Secure mode: its verified token.
+    pub(crate) token: Option<VerifiedToken>,
 }
 
-/// A peer's handshake state: what it sends and what it learned until it is connected.
+/// The remote's attempt, once its request is known: what the connection runs with.
+#[derive(Debug)]
+struct Remote {
+    req: ConnectRequest,
+    params: Params,
+    /// Its connect data (or its token's user data), until `Connected` hands it over.
+    data: Bytes,
+    /// The connection's keys, from both nonces.
+    conn: Connection,
+}
+
+/// Who started the connection, and what that side of the handshake holds.
+#[derive(Debug)]
+enum Side {
+    /// This side called `connect`: the application holds the id from the start, and
+    /// this side sends its request until it is answered.
+    Outgoing {
+        /// This side's connect data, sent with every request (never with a reply).
+        data: Bytes,
+        /// When the next request goes.
+        next_send: Time,
+        /// The wait after it (8 bytes: `lean::Nanos`).
+        retry: Nanos,
+        remote: Awaited,
+    },
+    /// A request arrived: this side answers it, and never sends on its own.
+    Incoming { remote: Remote, admission: Admission },
+}
+
+/// What an outgoing attempt knows of the remote.
+#[derive(Debug)]
+enum Awaited {
+    /// Not its request yet; `acked`: its acknowledgement of this side's request came
+    /// first.
+    Unknown { acked: bool },
+    /// Its request (both sides connecting at once), not yet its acknowledgement.
+    Known(Remote),
+}
+
+/// Where an incoming request stands with the application.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// Reported (`Event::ConnectRequest`) and awaiting the application's decision:
+    /// nothing is answered.
+    Awaiting,
+    /// Being answered; `reported`: the application learned the id from
+    /// `Event::ConnectRequest` (so it must hear of its end).
+    Answering { reported: bool },
+}
+
+/// A handshake under way: what it sends and what it learned until it is connected.
 #[derive(Debug)]
 struct Handshake {
+    /// When the attempt began: it gives up `connect_timeout` later.
+    since: Time,
     local: ConnectRequest,
-    remote_req: Option<ConnectRequest>,
-    /// What the connection runs with, once the remote request is known.
-    params: Option<Params>,
+    /// Secret seed of the frame ids the session skips (see `Transfer`).
+    skip_seed: u64,
     /// The first handshake datagram sent and how many were sent: a reply to a lone one is
     /// a clean round-trip sample (Karn: never one to a retried one).
     sent: Option<(Time, u32)>,
-    /// Secret seed of the frame ids the session skips (see `Transfer`).
-    skip_seed: u64,
-    /// This side's connect data, sent with every request (never with a reply).
-    local_data: Bytes,
-    /// The remote's connect data, from its request, until `Connected` hands it over.
-    remote_data: Bytes,
+    side: Side,
+}
+
+impl Handshake {
+    fn remote(&self) -> Option<&Remote> {
+        match &self.side {
+            Side::Outgoing { remote: Awaited::Known(r), .. } | Side::Incoming { remote: r, .. } => Some(r),
+            Side::Outgoing { remote: Awaited::Unknown { .. }, .. } => None,
+        }
+    }
+
+    fn remote_mut(&mut self) -> Option<&mut Remote> {
+        match &mut self.side {
+            Side::Outgoing { remote: Awaited::Known(r), .. } | Side::Incoming { remote: r, .. } => Some(r),
+            Side::Outgoing { remote: Awaited::Unknown { .. }, .. } => None,
+        }
+    }
+
+    fn is_incoming(&self) -> bool {
+        matches!(self.side, Side::Incoming { .. })
+    }
+
+    fn is_awaiting(&self) -> bool {
+        matches!(self.side, Side::Incoming { admission: Admission::Awaiting, .. })
+    }
+
+    /// Whether the application knows the id: it called `connect`, or was asked.
+    fn known_to_app(&self) -> bool {
+        match self.side {
+            Side::Outgoing { .. } => true,
+            Side::Incoming { admission, .. } => admission != Admission::Answering { reported: false },
+        }
+    }
+
+    /// The parts a connection is made of, once the remote's request is known.
+    fn into_connection(self: Box<Self>) -> Result<Made, Box<Self>> {
+        match self.side {
+            Side::Outgoing { remote: Awaited::Known(remote), .. } | Side::Incoming { remote, .. } => {
+                Ok(Made { remote, local: self.local, seed: self.skip_seed, sent: self.sent })
+            }
+            Side::Outgoing { remote: Awaited::Unknown { .. }, .. } => Err(self),
+        }
+    }
+
+    /// Bytes held beyond the box: the connect data both ways and the connection's keys.
+    fn memory(&self) -> usize {
+        let (local, remote) = match &self.side {
+            Side::Outgoing { data, remote: Awaited::Known(r), .. } => (data.len(), Some(r)),
+            Side::Outgoing { data, remote: Awaited::Unknown { .. }, .. } => (data.len(), None),
+            Side::Incoming { remote, .. } => (0, Some(remote)),
+        };
+        size_of::<Self>() + local + remote.map_or(0, |r| r.data.len() + r.conn.memory())
+    }
+}
+
+/// What a completed handshake leaves to the connection.
+struct Made {
+    remote: Remote,
+    local: ConnectRequest,
+    seed: u64,
+    sent: Option<(Time, u32)>,
+}
+
+/// What a graceful disconnection is doing.
+#[derive(Debug)]
+enum Closing {
+    /// Sending what is pending first, until `deadline`.
+    Flushing { deadline: Time, session: Session },
+    /// Sending disconnection requests since `started`, the next at `next_send`, and
+    /// acknowledging what still arrives. A disconnection that began before the handshake
+    /// completed has no session.
+    Requesting { started: Time, next_send: Time, retry: Nanos, session: Option<Session> },
+}
+
+/// A peer's state: what each of the five states of `PeerState` holds.
+#[derive(Debug)]
+enum State {
+    /// The handshake is under way.
+    Connecting(Box<Handshake>),
+    /// Packets flow; `last_recv`: when the remote was last heard.
+    Connected { session: Session, conn: Connection, last_recv: Time },
+    /// Closing gracefully, telling the remote `code`.
+    Disconnecting { closing: Closing, conn: Connection, last_recv: Time, code: u32 },
+    /// Ended; lingers from `since` to acknowledge repeated disconnection requests (with the
+    /// connection's keys, if it had any). `last`: its counters when it ended.
+    Disconnected { since: Time, conn: Option<Connection>, last: PeerStats },
+    /// About to be deleted.
+    Zombie { last: PeerStats },
+}
+
+impl State {
+    fn peer_state(&self) -> PeerState {
+        match self {
+            Self::Connecting(_) => PeerState::Connecting,
+            Self::Connected { .. } => PeerState::Connected,
+            Self::Disconnecting { .. } => PeerState::Disconnecting,
+            Self::Disconnected { .. } => PeerState::Disconnected,
+            Self::Zombie { .. } => PeerState::Zombie,
+        }
+    }
+
+    /// The connection's keys, in every state that has them.
+    fn connection_mut(&mut self) -> Option<&mut Connection> {
+        match self {
+            Self::Connecting(h) => h.remote_mut().map(|r| &mut r.conn),
+            Self::Connected { conn, .. } | Self::Disconnecting { conn, .. } => Some(conn),
+            Self::Disconnected { conn, .. } => conn.as_mut(),
+            Self::Zombie { .. } => None,
+        }
+    }
+
+    fn connection(&self) -> Option<&Connection> {
+        match self {
+            Self::Connecting(h) => h.remote().map(|r| &r.conn),
+            Self::Connected { conn, .. } | Self::Disconnecting { conn, .. } => Some(conn),
+            Self::Disconnected { conn, .. } => conn.as_ref(),
+            Self::Zombie { .. } => None,
+        }
+    }
+
+    /// Whether data datagrams are acted on: once both nonces are known, until the
+    /// connection ends.
+    fn takes_data(&self) -> bool {
+        match self {
+            Self::Connecting(h) => h.remote().is_some(),
+            Self::Connected { .. } | Self::Disconnecting { .. } => true,
+            Self::Disconnected { .. } | Self::Zombie { .. } => false,
+        }
+    }
+
+    fn session(&self) -> Option<&Session> {
+        match self {
+            Self::Connected { session, .. }
+            | Self::Disconnecting { closing: Closing::Flushing { session, .. }, .. }
+            | Self::Disconnecting { closing: Closing::Requesting { session: Some(session), .. }, .. } => Some(session),
+            _ => None,
+        }
+    }
+
+    fn session_mut(&mut self) -> Option<&mut Session> {
+        match self {
+            Self::Connected { session, .. }
+            | Self::Disconnecting { closing: Closing::Flushing { session, .. }, .. }
+            | Self::Disconnecting { closing: Closing::Requesting { session: Some(session), .. }, .. } => Some(session),
+            _ => None,
+        }
+    }
+
+    /// A placeholder while a transition moves the state's parts: ended, counters empty.
+    fn empty() -> Self {
+        Self::Zombie { last: stats_of(PeerState::Zombie, SocketAddr::from(([0, 0, 0, 0], 0)), None, 0) }
+    }
+
+    /// The connection's keys and session, taken out of the state (which is left ended).
+    fn take(&mut self) -> (Option<Connection>, Option<Session>) {
+        match std::mem::replace(self, Self::empty()) {
+            Self::Connecting(h) => (h.into_connection().ok().map(|m| m.remote.conn), None),
+            Self::Connected { session, conn, .. } => (Some(conn), Some(session)),
+            Self::Disconnecting { closing: Closing::Flushing { session, .. }, conn, .. } => (Some(conn), Some(session)),
+            Self::Disconnecting { closing: Closing::Requesting { session, .. }, conn, .. } => (Some(conn), session),
+            Self::Disconnected { conn, .. } => (conn, None),
+            Self::Zombie { .. } => (None, None),
+        }
+    }
+}
+
+/// A peer's counters from its session (if it has one): what `Host::peer_stats` reports.
+fn stats_of(state: PeerState, remote: SocketAddr, s: Option<&Session>, malformed: u64) -> PeerStats {
+    let t = s.map(|s| &s.transfer);
+    let c = s.map(Session::counters).unwrap_or_default();
+    PeerStats {
+        state,
+        remote,
+        rtt: t.map_or(Duration::ZERO, |t| t.rtt()),
+        rttvar: t.map_or(Duration::ZERO, |t| t.rttvar()),
+        latest_rtt: t.map_or(Duration::ZERO, |t| t.latest_rtt()),
+        rto: t.map_or(Duration::ZERO, |t| t.rto()),
+        cwnd: t.map_or(0, |t| t.cwnd()),
+        congestion: t.map(|t| t.congestion()).unwrap_or_default(),
+        ssthresh: t.map_or(0, |t| t.ssthresh()),
+        flight: t.map_or(0, |t| t.flight()),
+        frames_in_flight: t.map_or(0, |t| t.frames_in_flight()),
+        mtu: s.map_or(0, |s| s.mtu),
+        transfer: t.map_or(TransferStats::default(), |t| t.stats()),
+        packets_sent: c.packets_sent,
+        packets_received: c.packets_received,
+        unreliable_dropped: c.unreliable_dropped,
+        unreliable_replaced: c.unreliable_replaced,
+        frames_refused: c.frames_refused,
+        protocol_violations: c.violations,
+        malformed,
+        reassembly_bytes: s.map_or(0, Session::reassembly_bytes),
+        queued_bytes: s.map_or(0, Session::queued_bytes),
+    }
+}
+
+/// How a request reached [`Peer::on_request`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    /// A request: anyone may have put the address on it.
+    Request,
+    /// A `RequestAck`, keyed to this side's nonce: its sender received this side's
+    /// request, and it acknowledges it.
+    RequestAck,
+}
+
+/// Which end a connection comes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// Disconnected, lingering.
+    Disconnected,
+    /// To be deleted at once.
+    Zombie,
 }
 
 #[derive(Debug)]
@@ -115,153 +394,65 @@ pub(crate) struct Peer {
     id: PeerId,
     remote: SocketAddr,
     settings: Arc<Settings>,
-    state: PeerState,
-    origin: Origin,
-    /// `Connected` was announced to the application.
-    announced: bool,
-    closing: Option<Closing>,
-    /// This side's nonce (the key of the replies it receives).
-    local_nonce: u32,
-    /// The remote's nonce, once its request is known.
-    remote_nonce: Option<u32>,
-    /// The connection keys (sending, receiving), once the remote request is known: derived
-    /// once, not per datagram.
-    keys: Option<(PlainKey, PlainKey)>,
-    acked: bool,
-    /// What only the handshake uses, boxed and dropped once connected: an active
-    /// connection does not carry the room of its requests and connect data.
-    handshake: Option<Box<Handshake>>,
-    /// Inline, not boxed: a datagram or a step reaches the session through the peer's
-    /// slot, and the box's address was one a server going through its peers could not
-    /// fetch ahead (about 0.92x of a 10,000-peer tick without it: `docs/notes/server-scale.md`,
-    /// Part 8). The price is that a pending handshake's slot has the session's room too.
-    session: Option<Session>,
-    /// When the current state began.
-    since: Time,
-    last_recv: Time,
-    next_send: Option<Time>,
-    /// The wait before the next handshake retry (8 bytes: `lean::Nanos`).
-    retry: Nanos,
-    malformed: u64,
-    /// An incoming request awaiting the application's decision (manual admission): it is
-    /// left unanswered, and its retries make no further event.
-    awaiting: bool,
-    /// The application learned this peer's id from `Event::ConnectRequest` (so it must
-    /// hear of its end).
-    requested: bool,
-    /// The code the application gave with its disconnection, sent to the remote.
-    close_code: u32,
+    /// This side's nonce and, in secure mode, its token.
+    keys: Keys,
     /// Nothing heard for this long ends the connection: the configuration's, or in secure
     /// mode the token's (8 bytes: `lean::Nanos`).
     timeout: Nanos,
-    /// Secure mode's keys and counters; boxed, so a plain peer carries only the pointer.
-    secure: Option<Box<SecureState>>,
+    /// Datagrams from the peer's address that failed to open or decode.
+    malformed: u64,
+    state: State,
 }
 
 impl Peer {
-    fn new(
-        now: Time,
-        (id, remote): (PeerId, SocketAddr),
-        settings: Arc<Settings>,
-        local: ConnectRequest,
-        origin: Origin,
-        seed: u64,
-    ) -> Self {
-        let retry = Nanos::of(settings.config.connect_retry);
-        let timeout = Nanos::of(settings.config.timeout);
+    fn new(now: Time, start: Start, keys: Keys, side: Side) -> Self {
+        let Start { id, remote, settings, local, seed } = start;
+        // Secure mode: the token's timeout, never within two keepalive intervals, so an
+        // idle connection lives.
+        let timeout = match keys.secure() {
+            Some(s) => s.timeout.max(settings.config.ping_interval * 2),
+            None => settings.config.timeout,
+        };
         Self {
             id,
             remote,
+            timeout: Nanos::of(timeout),
+            keys,
             settings,
-            state: PeerState::Connecting,
-            origin,
-            announced: false,
-            closing: None,
-            local_nonce: local.nonce,
-            remote_nonce: None,
-            keys: None,
-            acked: false,
-            handshake: Some(Box::new(Handshake {
-                local,
-                remote_req: None,
-                params: None,
-                sent: None,
-                skip_seed: seed,
-                local_data: Bytes::new(),
-                remote_data: Bytes::new(),
-            })),
-            session: None,
-            since: now,
-            last_recv: now,
-            // The side that connects sends its first request at the next step; an incoming
-            // handshake only ever answers.
-            next_send: (origin == Origin::Local).then_some(now),
-            retry,
             malformed: 0,
-            awaiting: false,
-            requested: false,
-            close_code: 0,
-            timeout,
-            secure: None,
+            state: State::Connecting(Box::new(Handshake { since: now, local, skip_seed: seed, sent: None, side })),
         }
     }
 
-    /// Secure mode: this peer seals with `secure`, and times out as its token says (never
-    /// within two keepalive intervals, so an idle connection lives).
-    fn set_secure(&mut self, secure: Option<SecureState>) {
-        if let Some(s) = &secure {
-            self.timeout = Nanos::of(s.timeout.max(self.settings.config.ping_interval * 2));
-        }
-        self.secure = secure.map(Box::new);
+    /// A peer for `connect`: it starts sending requests, with connect data `data`, at the
+    /// next step. In secure mode `secure` holds the client's token.
+    pub(crate) fn outgoing(now: Time, start: Start, data: Bytes, secure: Option<SecureState>) -> Self {
+        let retry = Nanos::of(start.settings.config.connect_retry);
+        let remote = Awaited::Unknown { acked: false };
+        let keys = Keys::new(start.local.nonce, secure);
+        Self::new(now, start, keys, Side::Outgoing { data, next_send: now, retry, remote })
     }
 
-    /// A peer for `connect`, known as `id` at `remote`: it starts sending requests, with
-    /// connect data `data`, at the next step. `seed` is secret randomness for the session
-    /// (the frame ids it skips).
-    pub(crate) fn outgoing(
-        now: Time,
-        at: (PeerId, SocketAddr),
-        settings: Arc<Settings>,
-        (local, data): (ConnectRequest, Bytes),
-        seed: u64,
-        secure: Option<SecureState>,
-    ) -> Self {
-        let mut p = Self::new(now, at, settings, local, Origin::Local, seed);
-        if let Some(h) = p.handshake.as_deref_mut() {
-            h.local_data = data;
-        }
-        p.set_secure(secure);
-        p
-    }
-
-    /// A peer for a compatible request that arrived. `accepted` is the remote request, the
-    /// parameters negotiated from it and its connect data. It answers at once, or, when
-    /// the application decides (`manual`), reports the request and waits for
+    /// A peer for a request the listener took. It answers at once, or, when the
+    /// application decides (`manual`), reports the request and waits for
     /// [`Peer::accept`] or [`Peer::reject`]. In secure mode `secure` holds the verified
     /// token's keys and the connect data is its user data.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn incoming(
         now: Time,
-        at: (PeerId, SocketAddr),
-        settings: Arc<Settings>,
-        (local, seed): (ConnectRequest, u64),
-        accepted: (ConnectRequest, Params, Bytes),
-        manual: bool,
+        start: Start,
+        admitted: Admitted,
         secure: Option<SecureState>,
+        manual: bool,
         out: &mut Outputs,
     ) -> Self {
-        let mut p = Self::new(now, at, settings, local, Origin::Remote, seed);
-        p.set_secure(secure);
-        let (req, params, data) = accepted;
-        p.set_remote(req);
-        if let Some(h) = p.handshake.as_deref_mut() {
-            h.params = Some(params);
-            h.remote_data = data.clone();
-        }
+        let keys = Keys::new(start.local.nonce, secure);
+        let conn = keys.connect(admitted.request.nonce);
+        let data = admitted.data;
+        let remote = Remote { req: admitted.request, params: admitted.params, data: data.clone(), conn };
+        let admission = if manual { Admission::Awaiting } else { Admission::Answering { reported: false } };
+        let mut p = Self::new(now, start, keys, Side::Incoming { remote, admission });
         if manual {
-            p.awaiting = true;
-            p.requested = true;
-            let client_id = p.secure.as_deref().and_then(SecureState::client_id);
+            let client_id = p.keys.secure().and_then(SecureState::client_id);
             out.event(Event::ConnectRequest { peer: p.id, remote: p.remote, data, client_id });
         } else {
             p.send_handshake(now, out);
@@ -274,7 +465,7 @@ impl Peer {
     }
 
     pub(crate) fn state(&self) -> PeerState {
-        self.state
+        self.state.peer_state()
     }
 
     pub(crate) fn remote(&self) -> SocketAddr {
@@ -282,208 +473,34 @@ impl Peer {
     }
 
     /// Whether this is an incoming connection still in its handshake: the kind of peer a
-    /// flood of requests creates, capped and evicted separately by the host.
+    /// flood of requests creates, capped separately by the host.
     pub(crate) fn is_pending(&self) -> bool {
-        self.state == PeerState::Connecting && self.origin == Origin::Remote
-    }
-
-    /// The keys of the connection's two directions (send, receive), once both nonces are
-    /// known.
-    fn keys(&self) -> Option<(Key, Key)> {
-        self.keys.map(|(send, recv)| (send.key(), recv.key()))
-    }
-
-    /// The remote side's request is known: so are the connection keys.
-    fn set_remote(&mut self, r: ConnectRequest) {
-        if let Some(h) = self.handshake.as_deref_mut() {
-            h.remote_req = Some(r);
-        }
-        self.remote_nonce = Some(r.nonce);
-        self.keys =
-            Some((PlainKey::connection(self.local_nonce, r.nonce), PlainKey::connection(r.nonce, self.local_nonce)));
-        if let Some(s) = &mut self.secure {
-            s.connect(self.local_nonce, r.nonce);
-        }
-    }
-
-    /// Whether the application knows this peer's id (so it must hear of its end).
-    fn known_to_app(&self) -> bool {
-        self.announced || self.requested || self.origin == Origin::Local
+        matches!(&self.state, State::Connecting(h) if h.is_incoming())
     }
 
     /// Whether this is a request awaiting the application's decision.
     pub(crate) fn is_awaiting(&self) -> bool {
-        self.awaiting
+        matches!(&self.state, State::Connecting(h) if h.is_awaiting())
     }
 
-    fn enter(&mut self, now: Time, state: PeerState) {
-        self.state = state;
-        self.since = now;
-        self.next_send = None;
-    }
-
-    /// Ends the connection with `reason`, telling the application if it knows the peer.
-    fn end(&mut self, now: Time, state: PeerState, reason: DisconnectReason, out: &mut Outputs) {
-        if self.known_to_app() {
-            out.event(Event::Disconnected { peer: self.id, reason });
+    /// Whether the application knows this peer's id (so it must hear of its end).
+    fn known_to_app(&self) -> bool {
+        match &self.state {
+            State::Connecting(h) => h.known_to_app(),
+            State::Connected { .. } | State::Disconnecting { .. } => true,
+            State::Disconnected { .. } | State::Zombie { .. } => false,
         }
-        // The id is dead for the application from here on.
-        self.announced = false;
-        self.requested = false;
-        self.awaiting = false;
-        self.origin = Origin::Remote;
-        if let Some(s) = &mut self.session {
-            s.clear();
-        }
-        self.closing = None;
-        self.enter(now, state);
-    }
-
-    fn connected(&mut self, now: Time, out: &mut Outputs) {
-        // The handshake is over: its state goes (a connected peer never sends a request
-        // again; late requests are answered from the nonces and keys).
-        let h = self.handshake.take();
-        if let (None, Some(h)) = (&self.session, h.as_deref())
-            && let (Some(params), Some(req)) = (h.params, h.remote_req)
-        {
-            let sealed = self.secure.is_some();
-            self.session = Some(Session::new(&self.settings, params, &h.local, &req, h.skip_seed, sealed));
-        }
-        if let (Some((first, 1)), Some(s)) = (h.as_deref().and_then(|h| h.sent), self.session.as_mut()) {
-            s.transfer.rtt_sample(now.saturating_duration_since(first));
-        }
-        self.enter(now, PeerState::Connected);
-        self.announced = true;
-        self.last_recv = now;
-        let data = h.map(|h| h.remote_data).unwrap_or_default();
-        let client_id = self.secure.as_deref().and_then(SecureState::client_id);
-        out.event(Event::Connected { peer: self.id, remote: self.remote, data, client_id });
-    }
-
-    /// Sends this side's request, acknowledging the other's when it is known.
-    ///
-    /// Only the side that called `connect` resends on a timer. An incoming handshake
-    /// answers each request it receives once and never on its own: its address has not
-    /// proven it receives, and every request it sends is answered by one reply no larger,
-    /// so nobody can make this host send a spoofed address more than it sent (a lost
-    /// reply is covered by the requester's own retry).
-    fn send_handshake(&mut self, now: Time, out: &mut Outputs) {
-        // Only ever called while connecting, which keeps the handshake state.
-        let Some((local, remote_req)) = self.handshake.as_deref().map(|h| (h.local, h.remote_req)) else { return };
-        match (remote_req, &mut self.secure) {
-            (Some(r), _) => self.reply(&Control::RequestAck(local), r.nonce, None, out),
-            (None, Some(s)) => s.send_request(out, self.remote, &local),
-            (None, None) => {
-                let data = self.handshake.as_deref().map_or(&[][..], |h| &h.local_data[..]);
-                let request = Control::Request { request: local, data };
-                out.control(self.remote, &request, Key::version());
-            }
-        }
-        if self.origin == Origin::Local {
-            self.next_send = Some(now + self.retry.get());
-            self.retry = Nanos::of((self.retry.get() * 2).min(MAX_RETRY));
-        }
-        // Every handshake datagram counts, timer-driven or a reply: a round-trip sample
-        // is taken only when exactly one went out (Karn's rule).
-        if let Some(h) = self.handshake.as_deref_mut() {
-            h.sent = Some(match h.sent {
-                Some((first, n)) => (first, n + 1),
-                None => (now, 1),
-            });
-        }
-    }
-
-    /// Sends `c` in answer to the request of nonce `to`. Plain: keyed with that nonce.
-    /// Secure: a server seals it with `key` (the reply key of a request with another
-    /// token) or this attempt's reply key; a client's only answer is its `Ack`, a datagram
-    /// of the connection.
-    fn reply(&mut self, c: &Control<'_>, to: u32, key: Option<SecretKey>, out: &mut Outputs) {
-        match &mut self.secure {
-            None => out.control(self.remote, c, Key::reply(to)),
-            Some(s) if s.is_client() => {
-                if matches!(c, Control::Ack) {
-                    s.send_control(out, self.remote, c);
-                }
-            }
-            Some(s) => {
-                let key = key.unwrap_or_else(|| s.reply_key(to));
-                s.send_reply(out, self.remote, c, &key);
-            }
-        }
-    }
-
-    /// Sends a control datagram of the connection (`Disconnect`, `DisconnectAck`), once its
-    /// keys exist.
-    fn send_connection(&mut self, c: &Control<'_>, out: &mut Outputs) {
-        let keys = self.keys();
-        match (&mut self.secure, keys) {
-            (Some(s), _) => s.send_control(out, self.remote, c),
-            (None, Some((key, _))) => out.control(self.remote, c, key),
-            (None, None) => {}
-        }
-    }
-
-    // ---- input ---------------------------------------------------------------------
-
-    /// A control datagram (type `ty`, already peeked) from this peer's address.
-    pub(crate) fn handle_control(
-        &mut self,
-        now: Time,
-        ty: u8,
-        datagram: &[u8],
-        out: &mut Outputs,
-    ) -> Result<(), wire::DecodeError> {
-        let key = match (wire::key_class(ty), self.keys()) {
-            // Requests go through the host (`Peer::handle_request`).
-            (KeyClass::Version, _) => return Err(wire::DecodeError::UnknownType(ty)),
-            (KeyClass::Reply, _) => Key::reply(self.local_nonce),
-            (KeyClass::Connection, Some((_, recv))) => recv,
-            // No connection key yet: nothing can verify it.
-            (KeyClass::Connection, None) => Key::version(),
-        };
-        let control = Control::decode(datagram, key).inspect_err(|_| self.malformed += 1)?;
-        // Only the remote side can make replies and connection datagrams.
-        self.last_recv = now;
-        self.on_control(now, control, out);
-        Ok(())
-    }
-
-    /// Secure mode: a sealed control datagram (type `ty`) from this peer's address. A
-    /// client opens replies with its attempt's reply key; either side opens the
-    /// connection's own control datagrams with the connection key, through the replay
-    /// window. Requests are opened by the host (`Peer::handle_request`).
-    pub(crate) fn handle_sealed_control(
-        &mut self,
-        now: Time,
-        ty: u8,
-        datagram: &[u8],
-        out: &mut Outputs,
-    ) -> Result<(), wire::DecodeError> {
-        let Some(s) = self.secure.as_deref_mut() else { return Err(wire::DecodeError::UnknownType(ty)) };
-        let control = match (ty, s.is_client()) {
-            (0x81..=0x85, true) => s.open_reply(datagram, self.local_nonce),
-            (0x82 | 0x86 | 0x87, _) => s.open_control(datagram),
-            _ => Err(wire::DecodeError::UnknownType(ty)),
-        };
-        let control = control.inspect_err(|e| {
-            if *e != wire::DecodeError::Replayed {
-                self.malformed += 1;
-            }
-        })?;
-        self.last_recv = now;
-        self.on_control(now, control, out);
-        Ok(())
     }
 
     /// Whether `req` (under `token`, in secure mode) is the attempt this peer's handshake
     /// answered or its connection was made with: the same nonce, and the same token.
     fn is_attempt(&self, req: &ConnectRequest, token: Option<&VerifiedToken>) -> bool {
-        let token_matches = match (self.secure.as_deref(), token) {
+        let token_matches = match (self.keys.secure(), token) {
             (None, None) => true,
             (Some(s), Some(t)) => s.is_token(t),
             _ => false,
         };
-        token_matches && self.remote_nonce == Some(req.nonce)
+        token_matches && self.state.connection().is_some_and(|c| c.remote_nonce == req.nonce)
     }
 
     /// Whether this is an incoming handshake and `req` (under `token`) another attempt
@@ -496,13 +513,161 @@ impl Peer {
         self.is_pending() && !self.is_attempt(req, token)
     }
 
-    /// A connection request from this peer's address (verified by the host: its check in
-    /// plain mode, its token and seal in secure mode, `token`). Another attempt than this
-    /// peer's changes nothing: a connected peer tells it its attempt is stale; one still
+    /// An incoming handshake replaced by another attempt from its address, one that
+    /// proved it receives there: it ends, and an application that was asked about it
+    /// hears so ([`DisconnectReason::Stale`]).
+    pub(crate) fn supersede(&mut self, now: Time, out: &mut Outputs) {
+        self.end(now, End::Zombie, DisconnectReason::Stale, out);
+    }
+
+    /// Ends the connection with `reason`, telling the application if it knows the peer;
+    /// its counters are kept as they were then (`Host::peer_stats` reads them until it is
+    /// deleted).
+    fn end(&mut self, now: Time, end: End, reason: DisconnectReason, out: &mut Outputs) {
+        if self.known_to_app() {
+            out.event(Event::Disconnected { peer: self.id, reason });
+        }
+        let (conn, mut session) = self.state.take();
+        if let Some(s) = &mut session {
+            s.clear();
+        }
+        let state = match end {
+            End::Disconnected => PeerState::Disconnected,
+            End::Zombie => PeerState::Zombie,
+        };
+        // Its counters as they were; what it held (reassembly, queues) goes with the session.
+        let last = PeerStats {
+            reassembly_bytes: 0,
+            queued_bytes: 0,
+            ..stats_of(state, self.remote, session.as_ref(), self.malformed)
+        };
+        self.state = match end {
+            End::Disconnected => State::Disconnected { since: now, conn, last },
+            End::Zombie => State::Zombie { last },
+        };
+    }
+
+    fn connected(&mut self, now: Time, out: &mut Outputs) {
+        let h = match std::mem::replace(&mut self.state, State::empty()) {
+            State::Connecting(h) => h,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        let Made { remote, local, seed, sent } = match h.into_connection() {
+            Ok(parts) => parts,
+            Err(h) => {
+                self.state = State::Connecting(h);
+                return;
+            }
+        };
+        let sealed = self.keys.secure().is_some();
+        let mut session = Session::new(&self.settings, remote.params, &local, &remote.req, seed, sealed);
+        if let Some((first, 1)) = sent {
+            session.transfer.rtt_sample(now.saturating_duration_since(first));
+        }
+        self.state = State::Connected { session, conn: remote.conn, last_recv: now };
+        let client_id = self.keys.secure().and_then(SecureState::client_id);
+        out.event(Event::Connected { peer: self.id, remote: self.remote, data: remote.data, client_id });
+    }
+
+    /// Sends this side's request, acknowledging the other's when it is known.
+    ///
+    /// Only the side that called `connect` resends on a timer. An incoming handshake
+    /// answers each request it receives once and never on its own: its address has not
+    /// proven it receives, and every request it sends is answered by one reply no larger,
+    /// so nobody can make this host send a spoofed address more than it sent (a lost
+    /// reply is covered by the requester's own retry).
+    fn send_handshake(&mut self, now: Time, out: &mut Outputs) {
+        let Self { keys, state, remote, .. } = self;
+        // Only ever called while connecting.
+        let State::Connecting(h) = state else { return };
+        match (h.remote(), &h.side) {
+            (Some(r), _) => keys.reply(out, *remote, &Control::RequestAck(h.local), r.req.nonce, None),
+            (None, Side::Outgoing { data, .. }) => keys.send_request(out, *remote, &h.local, data),
+            (None, Side::Incoming { .. }) => {}
+        }
+        if let Side::Outgoing { next_send, retry, .. } = &mut h.side {
+            *next_send = now + retry.get();
+            *retry = Nanos::of((retry.get() * 2).min(MAX_RETRY));
+        }
+        // Every handshake datagram counts, timer-driven or a reply: a round-trip sample
+        // is taken only when exactly one went out (Karn's rule).
+        h.sent = Some(match h.sent {
+            Some((first, n)) => (first, n + 1),
+            None => (now, 1),
+        });
+    }
+
+    /// Sends `c` in answer to the request of nonce `to`. Plain: keyed with that nonce.
+    /// Secure: a server seals it with `key` (the reply key of a request under another
+    /// token) or this attempt's reply key; a client's only answer is its `Ack`, a datagram
+    /// of the connection.
+    fn reply(&mut self, c: &Control<'_>, to: u32, key: Option<SecretKey>, out: &mut Outputs) {
+        if self.keys.is_client() {
+            if matches!(c, Control::Ack) {
+                send_connection(out, self.remote, c, self.state.connection_mut());
+            }
+            return;
+        }
+        self.keys.reply(out, self.remote, c, to, key);
+    }
+
+    /// Sends a control datagram of the connection (`Disconnect`, `DisconnectAck`), once its
+    /// keys exist.
+    fn send_connection(&mut self, c: &Control<'_>, out: &mut Outputs) {
+        send_connection(out, self.remote, c, self.state.connection_mut());
+    }
+
+    // ---- input ---------------------------------------------------------------------
+
+    /// Opens a datagram of type `ty` (peeked already; requests go through the host's
+    /// listener) from this peer's address with its keys: a control datagram verified, a
+    /// data datagram copied (plain) or verified and decrypted (secure) into `arena`.
+    /// `Ok(None)`: nothing to act on (data before both nonces are known, or after the
+    /// end). What fails is counted here, replays aside.
+    #[inline]
+    pub(crate) fn open<'d>(
+        &mut self,
+        ty: u8,
+        datagram: &'d [u8],
+        arena: &mut Arena,
+    ) -> Result<Option<Input<'d>>, wire::DecodeError> {
+        let data = self.state.takes_data();
+        let opened = self.keys.open(ty, datagram, self.state.connection_mut(), data, arena);
+        if let Err(e) = &opened
+            && *e != wire::DecodeError::Replayed
+        {
+            self.malformed += 1;
+        }
+        opened
+    }
+
+    /// Acts on an opened datagram ([`Peer::open`]) or a request from this peer's address
+    /// (verified by the host). A data datagram is decoded against the windows; one that
+    /// does not decode is counted and its error returned.
+    #[inline]
+    pub(crate) fn handle(&mut self, now: Time, input: Input<'_>, out: &mut Outputs) -> Result<(), wire::DecodeError> {
+        match input {
+            Input::Control(control) => {
+                self.on_control(now, control, out);
+                Ok(())
+            }
+            Input::Data { datagram, key } => self.receive(now, &datagram, key, out),
+            Input::Request { request, data, token } => {
+                self.on_request_from(now, request, data, token, out);
+                Ok(())
+            }
+        }
+    }
+
+    /// A connection request from this peer's address. Another attempt than this peer's
+    /// changes nothing: a connected peer tells it its attempt is stale; one still
     /// connecting answers only its own (an incoming handshake's other attempts go to the
     /// host first: [`Peer::is_held_against`]). The reply is sealed for the request it
     /// answers.
-    pub(crate) fn handle_request(
+    fn on_request_from(
         &mut self,
         now: Time,
         req: ConnectRequest,
@@ -510,250 +675,206 @@ impl Peer {
         token: Option<&VerifiedToken>,
         out: &mut Outputs,
     ) {
-        if self.secure.as_deref().is_some_and(SecureState::is_client) {
+        if self.keys.is_client() {
             // A client takes no requests (it cannot open them).
             return;
         }
-        let reply_key = token.map(|t| t.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0));
-        if self.secure.is_some() && !self.is_attempt(&req, token) {
+        let Some(token) = token.filter(|_| self.keys.secure().is_some()) else {
+            return self.on_request(now, req, data, None, Via::Request, out);
+        };
+        let reply_key = Some(token.keys().1.derive(wire::secure::Use::Reply, req.nonce, 0));
+        if !self.is_attempt(&req, Some(token)) {
             // Another token: nothing of this connection is its business. A connected peer
             // says its own attempt holds (sealed for the requester, which may be this
             // client restarted with a new token).
-            if let (PeerState::Connected, Some(held)) = (self.state, self.remote_nonce) {
+            if let State::Connected { conn, .. } = &self.state {
+                let held = conn.remote_nonce;
                 self.reply(&Control::AckOther { acked: held }, req.nonce, reply_key, out);
             }
             return;
         }
-        self.on_request(now, req, data, reply_key, false, out);
+        // A secure request's data is its token's, which the peer holds already.
+        self.on_request(now, req, &[], reply_key, Via::Request, out);
     }
 
-    /// An incoming handshake replaced by another attempt from its address, one that
-    /// proved it receives there: it ends, and an application that was asked about it
-    /// hears so ([`DisconnectReason::Stale`]).
-    pub(crate) fn supersede(&mut self, now: Time, out: &mut Outputs) {
-        self.end(now, PeerState::Zombie, DisconnectReason::Stale, out);
-    }
-
-    /// Acts on a verified control datagram.
+    /// Acts on a verified control datagram: the remote was heard (only the remote side can
+    /// make replies and connection datagrams).
     fn on_control(&mut self, now: Time, control: Control<'_>, out: &mut Outputs) {
+        if let State::Connected { last_recv, .. } | State::Disconnecting { last_recv, .. } = &mut self.state {
+            *last_recv = now;
+        }
         match control {
-            // Requests reach the peer through the host (`Peer::handle_request`).
+            // Requests reach the peer as `Input::Request`.
             Control::Request { .. } => {}
-            Control::RequestAck(req) => {
-                if self.state == PeerState::Connecting && !self.awaiting {
-                    // Noted first, so the reply is a plain acknowledgement.
-                    self.acked = true;
-                }
-                // Keyed to this side's nonce: only the holder of it can have made it.
-                self.on_request(now, req, &[], None, true, out);
-            }
+            Control::RequestAck(req) => self.on_request(now, req, &[], None, Via::RequestAck, out),
             Control::Ack => self.on_ack(now, out),
             Control::AckOther { .. } => {
-                if self.state == PeerState::Connecting {
-                    self.end(now, PeerState::Disconnected, DisconnectReason::Stale, out);
+                if let State::Connecting(_) = self.state {
+                    self.end(now, End::Disconnected, DisconnectReason::Stale, out);
                 }
             }
             Control::Refuse(reason) => {
-                if self.state == PeerState::Connecting {
-                    self.end(now, PeerState::Disconnected, negotiate::refused(&self.settings.config, reason), out);
+                if let State::Connecting(_) = self.state {
+                    let reason = negotiate::refused(&self.settings.config, reason);
+                    self.end(now, End::Disconnected, reason, out);
                 }
             }
             Control::Challenge(cookie) => self.on_challenge(now, cookie, out),
             Control::Disconnect { code } => self.on_disconnect(now, code, out),
             Control::DisconnectAck => {
-                if self.state == PeerState::Disconnecting {
+                if let State::Disconnecting { .. } = self.state {
                     let reason = self.graceful_end();
-                    self.end(now, PeerState::Disconnected, reason, out);
+                    self.end(now, End::Disconnected, reason, out);
                 }
             }
         }
     }
 
     /// A request (with its connect data; none in a `RequestAck`) from this peer's address.
-    /// `reply_key`: in secure mode, the key replies to it are sealed with. `proven`: it came
-    /// in a reply keyed to this side's nonce, so its sender received this side's request.
+    /// `reply_key`: in secure mode, the key replies to it are sealed with.
     fn on_request(
         &mut self,
         now: Time,
         req: ConnectRequest,
         data: &[u8],
         reply_key: Option<SecretKey>,
-        proven: bool,
+        via: Via,
         out: &mut Outputs,
     ) {
-        let other = self.remote_nonce.is_some_and(|n| n != req.nonce);
-        match self.state {
-            // Awaiting the application: its retries get no answer and make no event.
-            PeerState::Connecting if self.awaiting => {}
-            // Another attempt than the one this side answered: only one proven to come from
-            // the remote changes the attempt, and an incoming handshake's never does here
-            // (the host replaces the peer for a requester that proves its address).
-            PeerState::Connecting if other && (self.origin == Origin::Remote || !proven) => {}
-            PeerState::Connecting => {
-                let extra = if self.secure.is_some() { wire::secure::SEAL_EXTRA } else { 0 };
-                let mtu = self.handshake.as_deref().map_or(self.settings.config.mtu, |h| h.local.mtu as usize);
-                let params = match negotiate(&self.settings.config, mtu, &req, extra) {
-                    Ok(p) => p,
-                    Err(m) => {
-                        self.reply(&Control::Refuse(refusal(m)), req.nonce, reply_key, out);
-                        self.end(now, PeerState::Disconnected, DisconnectReason::Incompatible(m), out);
-                        return;
-                    }
-                };
-                if self.remote_nonce.is_none_or(|n| n != req.nonce) {
-                    // A first request, or the remote restarted its attempt (proven).
-                    self.set_remote(req);
-                    let secure = self.secure.is_some();
-                    if let Some(h) = self.handshake.as_deref_mut() {
-                        h.params = Some(params);
-                        if !secure {
-                            h.remote_data = Bytes::copy_from_slice(data);
-                        }
-                    }
-                } else if let Some(h) = self.handshake.as_deref_mut()
-                    && h.remote_data.is_empty()
-                    && !data.is_empty()
-                {
-                    // Its request after its reply (both sides connecting at once).
-                    h.remote_data = Bytes::copy_from_slice(data);
-                }
-                if self.acked {
-                    self.reply(&Control::Ack, req.nonce, reply_key, out);
-                    self.connected(now, out);
-                } else {
-                    self.send_handshake(now, out);
-                }
-            }
-            PeerState::Connected => {
+        let State::Connecting(h) = &mut self.state else {
+            if let State::Connected { conn, .. } = &self.state {
                 // The acknowledgement was lost (Figure 2 (a)), or the remote restarted
                 // while this side still holds the old connection: acknowledge the id it
                 // holds, which tells a restarted remote its attempt is stale.
-                let held = self.remote_nonce.unwrap_or(req.nonce);
+                let held = conn.remote_nonce;
                 let reply = if held == req.nonce { Control::Ack } else { Control::AckOther { acked: held } };
                 self.reply(&reply, req.nonce, reply_key, out);
             }
-            _ => {}
+            return;
+        };
+        // Awaiting the application: its retries get no answer and make no event.
+        if h.is_awaiting() {
+            return;
+        }
+        // Another attempt than the one this side answered: only one proven to come from
+        // the remote changes the attempt, and an incoming handshake's never does here
+        // (the host replaces the peer for a requester that proves its address).
+        let other = h.remote().is_some_and(|r| r.req.nonce != req.nonce);
+        if other && (h.is_incoming() || via == Via::Request) {
+            return;
+        }
+        let extra = if self.keys.secure().is_some() { wire::secure::SEAL_EXTRA } else { 0 };
+        // This side's datagram size is what its request announced (the path's, if smaller).
+        let mtu = h.local.mtu as usize;
+        let params = match negotiate(&self.settings.config, mtu, &req, extra) {
+            Ok(p) => p,
+            Err(m) => {
+                self.reply(&Control::Refuse(refusal(m)), req.nonce, reply_key, out);
+                self.end(now, End::Disconnected, DisconnectReason::Incompatible(m), out);
+                return;
+            }
+        };
+        let State::Connecting(h) = &mut self.state else { return };
+        let mut acked = via == Via::RequestAck;
+        match &mut h.side {
+            Side::Outgoing { remote, .. } if other || matches!(remote, Awaited::Unknown { .. }) => {
+                // A first request, or the remote restarted its attempt (proven).
+                acked |= matches!(remote, Awaited::Unknown { acked: true });
+                let conn = self.keys.connect(req.nonce);
+                let data = if self.keys.secure().is_some() { Bytes::new() } else { Bytes::copy_from_slice(data) };
+                *remote = Awaited::Known(Remote { req, params, data, conn });
+            }
+            _ => {
+                if let Some(r) = h.remote_mut()
+                    && r.data.is_empty()
+                    && !data.is_empty()
+                {
+                    // Its request after its reply (both sides connecting at once).
+                    r.data = Bytes::copy_from_slice(data);
+                }
+            }
+        }
+        if acked {
+            self.reply(&Control::Ack, req.nonce, reply_key, out);
+            self.connected(now, out);
+        } else {
+            self.send_handshake(now, out);
         }
     }
 
     fn on_ack(&mut self, now: Time, out: &mut Outputs) {
-        if self.state == PeerState::Connecting {
-            self.acked = true;
-            if self.remote_nonce.is_some() {
-                self.connected(now, out);
-            }
+        let State::Connecting(h) = &mut self.state else { return };
+        match &mut h.side {
+            // Nothing was answered: the requester cannot have made this.
+            Side::Incoming { admission: Admission::Awaiting, .. } => {}
+            Side::Outgoing { remote: Awaited::Unknown { acked }, .. } => *acked = true,
+            _ => self.connected(now, out),
         }
     }
 
     fn on_challenge(&mut self, now: Time, cookie: Cookie, out: &mut Outputs) {
-        if self.state == PeerState::Connecting && self.remote_nonce.is_none() {
-            if let Some(h) = self.handshake.as_deref_mut() {
-                h.local.cookie = Some(cookie);
-            }
+        if let State::Connecting(h) = &mut self.state
+            && h.remote().is_none()
+        {
+            h.local.cookie = Some(cookie);
             self.send_handshake(now, out);
         }
     }
 
     fn on_disconnect(&mut self, now: Time, code: u32, out: &mut Outputs) {
-        if self.keys().is_none() {
+        if self.state.connection().is_none() {
             return;
         }
-        match self.state {
+        match &self.state {
             // Awaiting, nothing was answered: the requester cannot have made this.
-            PeerState::Connecting if self.awaiting => {}
-            PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting => {
+            State::Connecting(h) if h.is_awaiting() => {}
+            State::Connecting(_) | State::Connected { .. } | State::Disconnecting { .. } => {
                 self.send_connection(&Control::DisconnectAck, out);
-                self.end(now, PeerState::Disconnected, DisconnectReason::Remote { code }, out);
+                self.end(now, End::Disconnected, DisconnectReason::Remote { code }, out);
             }
-            PeerState::Disconnected => self.send_connection(&Control::DisconnectAck, out),
-            PeerState::Zombie => {}
+            State::Disconnected { .. } => self.send_connection(&Control::DisconnectAck, out),
+            State::Zombie { .. } => {}
         }
-    }
-
-    /// A connection datagram, copied into shared bytes.
-    pub(crate) fn handle_data(
-        &mut self,
-        now: Time,
-        datagram: &Bytes,
-        out: &mut Outputs,
-    ) -> Result<(), wire::DecodeError> {
-        let Some((_, recv)) = self.keys() else { return Ok(()) };
-        self.receive(now, datagram, recv, out)
-    }
-
-    /// Secure mode: a sealed connection datagram. It is checked against the replay window,
-    /// verified and decrypted in one pass into `arena` (delivered packets are slices of the
-    /// plaintext), its counter marked as received, and then its plaintext processed.
-    pub(crate) fn handle_sealed_data(
-        &mut self,
-        now: Time,
-        datagram: &[u8],
-        arena: &mut Arena,
-        out: &mut Outputs,
-    ) -> Result<(), wire::DecodeError> {
-        let Some(s) = self.secure.as_deref() else { return Err(wire::DecodeError::BadChecksum) };
-        let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
-        if !active || self.remote_nonce.is_none() {
-            return Ok(());
-        }
-        let (key, parts, n) = s.receiving(datagram).inspect_err(|e| {
-            if *e != wire::DecodeError::Replayed {
-                self.malformed += 1;
-            }
-        })?;
-        let buf = arena.room(1 + parts.ciphertext.len());
-        if !parts.open_into(key, n, buf) {
-            self.malformed += 1;
-            return Err(wire::DecodeError::BadChecksum);
-        }
-        let plain = buf.split().freeze();
-        // Authentic from here on: the counter is spent even if the plaintext does not decode
-        // (an id the receiver expanded otherwise), so a replay of it is not decrypted again.
-        if let Some(s) = self.secure.as_deref_mut() {
-            s.received(n);
-        }
-        self.receive(now, &plain, Key::opened(), out)
     }
 
     /// Verifies and processes a connection datagram (`datagram`: as received in plain
     /// mode, the verified plaintext in secure mode).
     fn receive(&mut self, now: Time, datagram: &Bytes, key: Key, out: &mut Outputs) -> Result<(), wire::DecodeError> {
-        let active = matches!(self.state, PeerState::Connecting | PeerState::Connected | PeerState::Disconnecting);
-        if !active || self.remote_nonce.is_none() {
-            return Ok(());
-        }
-        if self.session.is_none() {
+        if let State::Connecting(h) = &self.state {
             // Connecting: verify against the windows as they start, before making anything.
-            let Some((local, Some(remote))) = self.handshake.as_deref().map(|h| (h.local, h.remote_req)) else {
-                return Ok(());
-            };
-            let initial = initial_windows(&local, &remote);
+            let Some(remote) = h.remote().filter(|_| !h.is_awaiting()) else { return Ok(()) };
+            let initial = initial_windows(&h.local, &remote.req);
             if let Err(e) = wire::Data::decode(datagram, key, &initial) {
                 self.malformed += 1;
                 return Err(e);
             }
             // Only a holder of this side's nonce can make it: an acknowledgement.
-            self.acked = true;
             self.connected(now, out);
         }
-        let Some(session) = self.session.as_mut() else { return Ok(()) };
+        let Self { state, malformed, id, .. } = self;
+        let (State::Connected { session, last_recv, .. }
+        | State::Disconnecting { closing: Closing::Flushing { session, .. }, last_recv, .. }
+        | State::Disconnecting { closing: Closing::Requesting { session: Some(session), .. }, last_recv, .. }) = state
+        else {
+            return Ok(());
+        };
         session.stamp(now);
         let mut msgs = FrameMessages::new();
         let data = match session.decode(datagram, key, &mut msgs) {
             Ok(d) => d,
             Err(e) => {
-                self.malformed += 1;
+                *malformed += 1;
                 return Err(e);
             }
         };
-        self.last_recv = now;
-        let (id, events) = (self.id, &mut out.events);
+        *last_recv = now;
+        let (id, events) = (*id, &mut out.events);
         session.process(now, &data, &msgs, datagram, |channel, mode, data| {
             events.push_back(Event::Received { peer: id, channel, mode, data });
         });
         if session.transfer.misbehaving() {
             self.send_connection(&Control::Disconnect { code: 0 }, out);
-            self.end(now, PeerState::Disconnected, DisconnectReason::Misbehaving, out);
+            self.end(now, End::Disconnected, DisconnectReason::Misbehaving, out);
         }
         Ok(())
     }
@@ -762,8 +883,8 @@ impl Peer {
 
     /// Queues a packet; `now` is the host's latest time (see `Channels::send`).
     pub(crate) fn send(&mut self, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
-        match (&mut self.session, self.state) {
-            (Some(s), PeerState::Connected) => s.send(channel, data, mode),
+        match &mut self.state {
+            State::Connected { session, .. } => session.send(channel, data, mode),
             _ => Err(SendError::NotConnected),
         }
     }
@@ -771,10 +892,9 @@ impl Peer {
     /// Answers a request awaiting the application's decision: the handshake goes on as
     /// if the request had just arrived. Returns whether it was awaiting.
     pub(crate) fn accept(&mut self, now: Time, out: &mut Outputs) -> bool {
-        if !self.awaiting {
-            return false;
-        }
-        self.awaiting = false;
+        let State::Connecting(h) = &mut self.state else { return false };
+        let Side::Incoming { admission: admission @ Admission::Awaiting, .. } = &mut h.side else { return false };
+        *admission = Admission::Answering { reported: true };
         self.send_handshake(now, out);
         true
     }
@@ -783,9 +903,11 @@ impl Peer {
     /// `code`, and ends the peer at once (the host deletes it at its next step): it costs
     /// no more than a refusal. Returns whether it was awaiting.
     pub(crate) fn reject(&mut self, now: Time, code: u32, out: &mut Outputs) -> bool {
-        let (true, Some(nonce)) = (self.awaiting, self.remote_nonce) else { return false };
+        let State::Connecting(h) = &self.state else { return false };
+        let Side::Incoming { remote, admission: Admission::Awaiting } = &h.side else { return false };
+        let nonce = remote.req.nonce;
         self.reply(&Control::Refuse(RefuseReason::Rejected(code)), nonce, None, out);
-        self.end(now, PeerState::Zombie, DisconnectReason::Local, out);
+        self.end(now, End::Zombie, DisconnectReason::Local, out);
         true
     }
 
@@ -795,19 +917,23 @@ impl Peer {
         if self.reject(now, code, out) {
             return;
         }
-        self.close_code = code;
-        match self.state {
-            PeerState::Connected => {
-                self.enter(now, PeerState::Disconnecting);
-                self.closing = Some(Closing::Flushing(now + self.settings.config.timeout));
+        match &self.state {
+            &State::Connected { last_recv, .. } => {
+                let (conn, session) = self.state.take();
+                let (Some(conn), Some(session)) = (conn, session) else { return };
+                let deadline = now + self.settings.config.timeout;
+                let closing = Closing::Flushing { deadline, session };
+                self.state = State::Disconnecting { closing, conn, last_recv, code };
             }
-            PeerState::Connecting if self.remote_nonce.is_some() => {
-                self.enter(now, PeerState::Disconnecting);
-                self.closing = Some(Closing::Requesting(now));
-                self.retry = Nanos::of(self.settings.config.connect_retry);
-                self.next_send = Some(now);
+            State::Connecting(h) if h.remote().is_some() => {
+                // The idle timeout counts from here: a handshake keeps no time of the last
+                // datagram heard, and the disconnection's own timeout ends this sooner.
+                let (Some(conn), _) = self.state.take() else { return };
+                let retry = Nanos::of(self.settings.config.connect_retry);
+                let closing = Closing::Requesting { started: now, next_send: now, retry, session: None };
+                self.state = State::Disconnecting { closing, conn, last_recv: now, code };
             }
-            PeerState::Connecting => self.end(now, PeerState::Disconnected, DisconnectReason::Local, out),
+            State::Connecting(_) => self.end(now, End::Disconnected, DisconnectReason::Local, out),
             _ => {}
         }
     }
@@ -816,18 +942,18 @@ impl Peer {
     /// disconnection request is sent, and the application hears of it now. A request
     /// awaiting the application's decision is rejected with `code`.
     pub(crate) fn disconnect_now(&mut self, now: Time, code: u32, out: &mut Outputs) {
-        if matches!(self.state, PeerState::Disconnected | PeerState::Zombie) || self.reject(now, code, out) {
+        if matches!(self.state, State::Disconnected { .. } | State::Zombie { .. }) || self.reject(now, code, out) {
             return;
         }
         self.send_connection(&Control::Disconnect { code }, out);
-        self.end(now, PeerState::Disconnected, DisconnectReason::Local, out);
+        self.end(now, End::Disconnected, DisconnectReason::Local, out);
     }
 
     /// The transport under the connection is gone (`Host::close_path`): the connection
     /// ends at once, sending nothing, and the peer is deleted at the next poll.
     pub(crate) fn transport_closed(&mut self, now: Time, out: &mut Outputs) {
-        if self.state != PeerState::Zombie {
-            self.end(now, PeerState::Zombie, DisconnectReason::TransportClosed, out);
+        if !matches!(self.state, State::Zombie { .. }) {
+            self.end(now, End::Zombie, DisconnectReason::TransportClosed, out);
         }
     }
 
@@ -835,51 +961,57 @@ impl Peer {
 
     /// Runs the timers due at `now` and sends what is due.
     pub(crate) fn poll(&mut self, now: Time, step: Duration, out: &mut Outputs) {
-        if let Some(s) = &mut self.session {
+        if let Some(s) = self.state.session_mut() {
             s.stamp(now);
             s.transfer.set_step_interval(step);
         }
-        match self.state {
-            PeerState::Connecting => {
-                if now.saturating_duration_since(self.since) >= self.settings.config.connect_timeout {
-                    self.end(now, PeerState::Zombie, DisconnectReason::Timeout, out);
-                } else if self.next_send.is_some_and(|t| t <= now) {
+        match &self.state {
+            State::Connecting(h) => {
+                if now.saturating_duration_since(h.since) >= self.settings.config.connect_timeout {
+                    self.end(now, End::Zombie, DisconnectReason::Timeout, out);
+                } else if matches!(h.side, Side::Outgoing { next_send, .. } if next_send <= now) {
                     self.send_handshake(now, out);
                 }
             }
-            PeerState::Connected => {
-                if self.heard_nothing(now) {
-                    self.end(now, PeerState::Zombie, DisconnectReason::Timeout, out);
+            State::Connected { last_recv, .. } => {
+                if self.heard_nothing(now, *last_recv) {
+                    self.end(now, End::Zombie, DisconnectReason::Timeout, out);
                 } else {
                     self.flush(now, out);
                 }
             }
-            PeerState::Disconnecting => self.poll_closing(now, out),
-            PeerState::Disconnected => {
-                if now.saturating_duration_since(self.since) >= self.settings.config.linger {
-                    self.enter(now, PeerState::Zombie);
+            State::Disconnecting { .. } => self.poll_closing(now, out),
+            State::Disconnected { since, .. } => {
+                if now.saturating_duration_since(*since) >= self.settings.config.linger
+                    && let State::Disconnected { last, .. } = std::mem::replace(&mut self.state, State::empty())
+                {
+                    self.state = State::Zombie { last: PeerStats { state: PeerState::Zombie, ..last } };
                 }
             }
-            PeerState::Zombie => {}
+            State::Zombie { .. } => {}
         }
     }
 
-    fn heard_nothing(&self, now: Time) -> bool {
-        now.saturating_duration_since(self.last_recv) >= self.timeout.get()
+    fn heard_nothing(&self, now: Time, last_recv: Time) -> bool {
+        now.saturating_duration_since(last_recv) >= self.timeout.get()
     }
 
     fn flush(&mut self, now: Time, out: &mut Outputs) {
-        let Some(s) = &mut self.session else { return };
-        let remote = self.remote;
-        let (arena, emit) = out.datagrams(remote);
-        let sealing = self.secure.as_deref_mut().and_then(SecureState::sealing);
-        s.flush(now, arena, sealing, emit);
+        let (State::Connected { session, conn, .. }
+        | State::Disconnecting { closing: Closing::Flushing { session, .. }, conn, .. }
+        | State::Disconnecting { closing: Closing::Requesting { session: Some(session), .. }, conn, .. }) =
+            &mut self.state
+        else {
+            return;
+        };
+        let (arena, emit) = out.datagrams(self.remote);
+        session.flush(now, arena, conn.sealing(), emit);
     }
 
     /// How a graceful disconnection ends: `Local` when everything sent was acknowledged,
     /// `FlushTimeout` when some of it may never have arrived.
     fn graceful_end(&self) -> DisconnectReason {
-        if self.session.as_ref().is_none_or(Session::is_drained) {
+        if self.state.session().is_none_or(Session::is_drained) {
             DisconnectReason::Local
         } else {
             DisconnectReason::FlushTimeout
@@ -887,33 +1019,43 @@ impl Peer {
     }
 
     fn poll_closing(&mut self, now: Time, out: &mut Outputs) {
-        if self.heard_nothing(now) {
+        let State::Disconnecting { last_recv, .. } = self.state else { return };
+        if self.heard_nothing(now, last_recv) {
             let reason = self.graceful_end();
-            self.end(now, PeerState::Zombie, reason, out);
+            self.end(now, End::Zombie, reason, out);
             return;
         }
-        if let Some(Closing::Flushing(deadline)) = self.closing {
+        if let State::Disconnecting { closing: Closing::Flushing { deadline, .. }, .. } = self.state {
             self.flush(now, out);
-            let drained = self.session.as_ref().is_none_or(Session::is_drained);
+            let drained = self.state.session().is_none_or(Session::is_drained);
             if !(drained || now >= deadline) {
                 return;
             }
-            self.closing = Some(Closing::Requesting(now));
-            self.retry = Nanos::of(self.settings.config.connect_retry);
-            self.next_send = Some(now);
+            let retry = Nanos::of(self.settings.config.connect_retry);
+            if let State::Disconnecting { closing, .. } = &mut self.state {
+                let requesting = Closing::Requesting { started: now, next_send: now, retry, session: None };
+                if let (Closing::Flushing { session, .. }, Closing::Requesting { session: s, .. }) =
+                    (std::mem::replace(closing, requesting), closing)
+                {
+                    *s = Some(session);
+                }
+            }
         }
-        let Some(Closing::Requesting(started)) = self.closing else { return };
+        let State::Disconnecting { closing: Closing::Requesting { started, .. }, .. } = self.state else { return };
         if now.saturating_duration_since(started) >= self.settings.config.disconnect_timeout {
             let reason = self.graceful_end();
-            self.end(now, PeerState::Disconnected, reason, out);
+            self.end(now, End::Disconnected, reason, out);
             return;
         }
         // Keep acknowledging what still arrives while waiting.
         self.flush(now, out);
-        if self.next_send.is_some_and(|t| t <= now) {
-            self.send_connection(&Control::Disconnect { code: self.close_code }, out);
-            self.next_send = Some(now + self.retry.get());
-            self.retry = Nanos::of((self.retry.get() * 2).min(MAX_RETRY));
+        let Self { state, remote, .. } = self;
+        if let State::Disconnecting { closing: Closing::Requesting { next_send, retry, .. }, conn, code, .. } = state
+            && *next_send <= now
+        {
+            send_connection(out, *remote, &Control::Disconnect { code: *code }, Some(conn));
+            *next_send = now + retry.get();
+            *retry = Nanos::of((retry.get() * 2).min(MAX_RETRY));
         }
     }
 
@@ -923,32 +1065,49 @@ impl Peer {
         let cfg = &self.settings.config;
         let mut timers = Timers::default();
         let t = &mut timers;
-        match self.state {
-            PeerState::Connecting => {
-                t.set(Timer::Retry, self.next_send);
-                t.set(Timer::ConnectTimeout, Some(self.since + cfg.connect_timeout));
-            }
-            PeerState::Connected | PeerState::Disconnecting => {
-                t.set(Timer::Retry, self.next_send);
-                t.set(Timer::Idle, Some(self.last_recv + self.timeout.get()));
-                // No "send now" row: this runs right after a flush that sent all it could;
-                // new chances come as input (which marks the peer) or as these timers.
-                if let Some(s) = &self.session {
-                    t.set(Timer::Loss, s.transfer.loss_deadline());
-                    t.set(Timer::Ping, s.transfer.ping_deadline());
-                    t.set(Timer::Pacing, s.transfer.pacing_deadline());
-                    t.set(Timer::Probe, s.transfer.probe_deadline());
-                    t.set(Timer::Ack, s.transfer.ack_deadline());
+        let session = match &self.state {
+            State::Connecting(h) => {
+                if let Side::Outgoing { next_send, .. } = h.side {
+                    t.set(Timer::Retry, Some(next_send));
                 }
-                let close = match self.closing {
-                    Some(Closing::Flushing(deadline)) => Some(deadline),
-                    Some(Closing::Requesting(started)) => Some(started + cfg.disconnect_timeout),
-                    None => None,
-                };
-                t.set(Timer::Close, close);
+                t.set(Timer::ConnectTimeout, Some(h.since + cfg.connect_timeout));
+                None
             }
-            PeerState::Disconnected => t.set(Timer::Close, Some(self.since + cfg.linger)),
-            PeerState::Zombie => t.set(Timer::Delete, Some(now)),
+            State::Connected { session, last_recv, .. } => {
+                t.set(Timer::Idle, Some(*last_recv + self.timeout.get()));
+                Some(session)
+            }
+            State::Disconnecting { closing, last_recv, .. } => {
+                t.set(Timer::Idle, Some(*last_recv + self.timeout.get()));
+                match closing {
+                    Closing::Flushing { deadline, session } => {
+                        t.set(Timer::Close, Some(*deadline));
+                        Some(session)
+                    }
+                    Closing::Requesting { started, next_send, session, .. } => {
+                        t.set(Timer::Retry, Some(*next_send));
+                        t.set(Timer::Close, Some(*started + cfg.disconnect_timeout));
+                        session.as_ref()
+                    }
+                }
+            }
+            State::Disconnected { since, .. } => {
+                t.set(Timer::Close, Some(*since + cfg.linger));
+                None
+            }
+            State::Zombie { .. } => {
+                t.set(Timer::Delete, Some(now));
+                None
+            }
+        };
+        // No "send now" row: this runs right after a flush that sent all it could; new
+        // chances come as input (which marks the peer) or as these timers.
+        if let Some(s) = session {
+            t.set(Timer::Loss, s.transfer.loss_deadline());
+            t.set(Timer::Ping, s.transfer.ping_deadline());
+            t.set(Timer::Pacing, s.transfer.pacing_deadline());
+            t.set(Timer::Probe, s.transfer.probe_deadline());
+            t.set(Timer::Ack, s.transfer.ack_deadline());
         }
         t.next()
     }
@@ -957,44 +1116,28 @@ impl Peer {
     /// through it; see `fuzzing::hooks`).
     #[cfg(feature = "arbitrary")]
     pub(crate) fn session(&self) -> Option<&Session> {
-        self.session.as_ref()
+        self.state.session()
     }
 
     /// Bytes this peer holds.
     pub(crate) fn memory(&self) -> usize {
         size_of::<Self>()
-            + self.secure.as_deref().map_or(0, |s| size_of::<SecureState>() + s.memory())
-            + self.handshake.as_deref().map_or(0, |h| size_of::<Handshake>() + h.local_data.len() + h.remote_data.len())
-            + self.session.as_ref().map_or(0, Session::heap)
+            + self.keys.memory()
+            + match &self.state {
+                State::Connecting(h) => h.memory(),
+                State::Connected { session, conn, .. } => session.heap() + conn.memory(),
+                State::Disconnecting { conn, .. } => self.state.session().map_or(0, Session::heap) + conn.memory(),
+                State::Disconnected { conn, .. } => conn.as_ref().map_or(0, Connection::memory),
+                State::Zombie { .. } => 0,
+            }
     }
 
     pub(crate) fn stats(&self) -> PeerStats {
-        let s = self.session.as_ref();
-        let t = s.map(|s| &s.transfer);
-        let c = s.map(Session::counters).unwrap_or_default();
-        PeerStats {
-            state: self.state,
-            remote: self.remote,
-            rtt: t.map_or(Duration::ZERO, |t| t.rtt()),
-            rttvar: t.map_or(Duration::ZERO, |t| t.rttvar()),
-            latest_rtt: t.map_or(Duration::ZERO, |t| t.latest_rtt()),
-            rto: t.map_or(Duration::ZERO, |t| t.rto()),
-            cwnd: t.map_or(0, |t| t.cwnd()),
-            congestion: t.map(|t| t.congestion()).unwrap_or_default(),
-            ssthresh: t.map_or(0, |t| t.ssthresh()),
-            flight: t.map_or(0, |t| t.flight()),
-            frames_in_flight: t.map_or(0, |t| t.frames_in_flight()),
-            mtu: s.map_or(0, |s| s.mtu),
-            transfer: t.map_or(TransferStats::default(), |t| t.stats()),
-            packets_sent: c.packets_sent,
-            packets_received: c.packets_received,
-            unreliable_dropped: c.unreliable_dropped,
-            unreliable_replaced: c.unreliable_replaced,
-            frames_refused: c.frames_refused,
-            protocol_violations: c.violations,
-            malformed: self.malformed,
-            reassembly_bytes: s.map_or(0, Session::reassembly_bytes),
-            queued_bytes: s.map_or(0, Session::queued_bytes),
+        match &self.state {
+            State::Disconnected { last, .. } | State::Zombie { last } => {
+                PeerStats { malformed: self.malformed, ..*last }
+            }
+            _ => stats_of(self.state(), self.remote, self.state.session(), self.malformed),
         }
     }
 }
