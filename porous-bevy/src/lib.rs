@@ -497,7 +497,7 @@ pub struct PorousClient {
 }
 
 /// A client's own host accepts no one.
-fn client_config(mut config: HostConfig) -> HostConfig {
+pub(crate) fn client_config(mut config: HostConfig) -> HostConfig {
     config.accept_incoming = false;
     config
 }

@@ -164,13 +164,13 @@ impl PorousServer {
 
 impl PorousClient {
     /// A client at `addr` on a simulated network that connects to `server` (feature
-    /// `sim`).
+    /// `sim`). Like [`PorousClient::connect`], its host accepts no incoming connections.
     pub fn sim(
         net: &SimNetwork,
         addr: SocketAddr,
         server: SocketAddr,
         config: HostConfig,
     ) -> Result<Self, ConfigError> {
-        Ok(Self::new(net.host(config)?, net.transport(addr), server))
+        Ok(Self::new(net.host(crate::client_config(config))?, net.transport(addr), server))
     }
 }
