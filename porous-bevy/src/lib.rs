@@ -71,7 +71,7 @@ pub mod sim;
 mod transport;
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -81,14 +81,15 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 use bevy_time::{Real, Time};
 
-pub use bytes::Bytes;
-/// The protocol core, for what the re-exports below do not cover.
+/// The protocol core.
 pub use porous_proto as proto;
-pub use porous_proto::{
-    AdmissionError, ChannelConfig, ConfigError, ConnectError, DisconnectReason, Event, HostConfig, HostStats, Mismatch,
-    PeerConfig, PeerId, PeerMap, PeerState, PeerStats, Priority, SecureConfig, SendError, SendMode, TransferStats,
-};
-pub use porous_udp::{Batching, SocketStats};
+// The core's whole vocabulary, as every adapter re-exports it: an application names
+// everything through this crate (its `sim` module shadows the core's, which stays
+// reachable as `proto::sim`). `Event` is named apart because Bevy's prelude, imported
+// here, has an `Event` (its trait) too.
+pub use porous_proto::Event;
+pub use porous_proto::*;
+pub use porous_udp::{Batching, SOCKET_BUFFER, SocketStats};
 pub use transport::{Transport, UdpTransport};
 
 /// The shortest span [`NetStats`]' rates are measured over: a frame's bytes alone would
@@ -246,7 +247,7 @@ fn frame_time(time: Option<Res<'_, Time<Real>>>) -> Instant {
 struct Endpoint {
     /// In a mutex only because the core is `Send` but not `Sync` (its generator), and a
     /// resource must be both: every `&mut self` path reaches it without locking.
-    core: Mutex<porous_proto::Host>,
+    core: Mutex<Host>,
     transport: Box<dyn Transport>,
     /// The time of the current frame, for calls made between the plugin's systems.
     now: Option<Instant>,
@@ -255,17 +256,17 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    fn new(core: porous_proto::Host, transport: impl Transport) -> Self {
+    fn new(core: Host, transport: impl Transport) -> Self {
         Self { core: Mutex::new(core), transport: Box::new(transport), now: None, rates: PeerMap::default() }
     }
 
-    fn core(&self) -> MutexGuard<'_, porous_proto::Host> {
+    fn core(&self) -> MutexGuard<'_, Host> {
         // The core is never left half-changed by a panic in our code (we hold the lock
         // for single calls), so a poisoned lock still guards a consistent core.
         self.core.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn core_mut(&mut self) -> &mut porous_proto::Host {
+    fn core_mut(&mut self) -> &mut Host {
         self.core.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -356,12 +357,19 @@ impl PorousServer {
     /// A server on a UDP socket bound to `addr`, its randomness from the operating
     /// system.
     pub fn bind(addr: impl ToSocketAddrs, config: HostConfig) -> io::Result<Self> {
-        let core = porous_proto::Host::from_entropy(config).map_err(invalid_config)?;
+        let core = Host::from_entropy(config).map_err(invalid_config)?;
         Ok(Self::new(core, UdpTransport::bind(addr)?))
     }
 
+    /// A server on a UDP socket the application bound itself (with its own options), its
+    /// randomness from the operating system. The socket is made non-blocking.
+    pub fn from_std(socket: UdpSocket, config: HostConfig) -> io::Result<Self> {
+        let core = Host::from_entropy(config).map_err(invalid_config)?;
+        Ok(Self::new(core, UdpTransport::from_std(socket)?))
+    }
+
     /// A server of `core` over `transport`.
-    pub fn new(core: porous_proto::Host, transport: impl Transport) -> Self {
+    pub fn new(core: Host, transport: impl Transport) -> Self {
         Self { endpoint: Endpoint::new(core, transport) }
     }
 
@@ -370,8 +378,15 @@ impl PorousServer {
         self.endpoint.transport.local_addr()
     }
 
-    /// Queues a packet for `peer`; it leaves in this frame's `PostUpdate`.
-    pub fn send(&mut self, peer: PeerId, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+    /// Queues a packet for `peer` (anything `Into<Bytes>`: kept, not copied); it leaves in
+    /// this frame's `PostUpdate`.
+    pub fn send(
+        &mut self,
+        peer: PeerId,
+        channel: usize,
+        data: impl Into<Bytes>,
+        mode: SendMode,
+    ) -> Result<(), SendError> {
         self.endpoint.core_mut().send(peer, channel, data, mode)
     }
 
@@ -442,12 +457,12 @@ impl PorousServer {
 
     /// The protocol core, for calls not wrapped here (its methods that change state take
     /// a time: give them [`PorousServer::frame_time`]).
-    pub fn core_mut(&mut self) -> &mut porous_proto::Host {
+    pub fn core_mut(&mut self) -> &mut Host {
         self.endpoint.core_mut()
     }
 
     /// Calls `f` with the protocol core, to read it (its configuration, memory use).
-    pub fn with_core<R>(&self, f: impl FnOnce(&porous_proto::Host) -> R) -> R {
+    pub fn with_core<R>(&self, f: impl FnOnce(&Host) -> R) -> R {
         f(&self.endpoint.core())
     }
 
@@ -526,7 +541,7 @@ impl PorousClient {
     /// reads in [`PeerConnected::data`] and [`ConnectRequested::data`]: up to
     /// [`PeerConfig::max_connect_data`] bytes.
     pub fn connect_with(server: SocketAddr, data: &[u8], config: HostConfig) -> io::Result<Self> {
-        let core = porous_proto::Host::from_entropy(client_config(config)).map_err(invalid_config)?;
+        let core = Host::from_entropy(client_config(config)).map_err(invalid_config)?;
         let mut client = Self::new(core, UdpTransport::bind(any_addr(server))?, server);
         client.request = Some(Request::Plain(data.to_vec()));
         Ok(client)
@@ -535,7 +550,7 @@ impl PorousClient {
     /// Secure mode ([`HostConfig::secure`]): connects with a connect token from the
     /// game's backend ([`proto::token`]).
     pub fn connect_with_token(server: SocketAddr, token: &[u8], config: HostConfig) -> io::Result<Self> {
-        let core = porous_proto::Host::from_entropy(client_config(config)).map_err(invalid_config)?;
+        let core = Host::from_entropy(client_config(config)).map_err(invalid_config)?;
         let mut client = Self::new(core, UdpTransport::bind(any_addr(server))?, server);
         client.request = Some(Request::Token(token.to_vec()));
         Ok(client)
@@ -543,7 +558,7 @@ impl PorousClient {
 
     /// A client of `core` over `transport` that connects to `server` at the first frame,
     /// without connect data.
-    pub fn new(core: porous_proto::Host, transport: impl Transport, server: SocketAddr) -> Self {
+    pub fn new(core: Host, transport: impl Transport, server: SocketAddr) -> Self {
         Self {
             endpoint: Endpoint::new(core, transport),
             server_addr: server,
@@ -578,8 +593,9 @@ impl PorousClient {
         self.endpoint.transport.local_addr()
     }
 
-    /// Queues a packet for the server; it leaves in this frame's `PostUpdate`.
-    pub fn send(&mut self, channel: usize, data: Bytes, mode: SendMode) -> Result<(), SendError> {
+    /// Queues a packet for the server (anything `Into<Bytes>`: kept, not copied); it
+    /// leaves in this frame's `PostUpdate`.
+    pub fn send(&mut self, channel: usize, data: impl Into<Bytes>, mode: SendMode) -> Result<(), SendError> {
         let peer = self.server.ok_or(SendError::NotConnected)?;
         self.endpoint.core_mut().send(peer, channel, data, mode)
     }
@@ -632,12 +648,12 @@ impl PorousClient {
     }
 
     /// The protocol core, for calls not wrapped here.
-    pub fn core_mut(&mut self) -> &mut porous_proto::Host {
+    pub fn core_mut(&mut self) -> &mut Host {
         self.endpoint.core_mut()
     }
 
     /// Calls `f` with the protocol core, to read it (its configuration, memory use).
-    pub fn with_core<R>(&self, f: impl FnOnce(&porous_proto::Host) -> R) -> R {
+    pub fn with_core<R>(&self, f: impl FnOnce(&Host) -> R) -> R {
         f(&self.endpoint.core())
     }
 

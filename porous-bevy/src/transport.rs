@@ -59,7 +59,14 @@ impl UdpTransport {
     /// A socket bound to `addr` (port 0 picks a free one; a name is resolved with the
     /// system resolver and the first address that binds is used).
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<Self> {
-        let socket = porous_udp::bind(addr)?;
+        Self::from_std(porous_udp::bind(addr)?)
+    }
+
+    /// A socket the application bound itself, with its own options (buffer sizes,
+    /// `SO_REUSEADDR`, a device). It is made non-blocking; its buffer sizes are left as
+    /// they are.
+    pub fn from_std(socket: UdpSocket) -> io::Result<Self> {
+        socket.set_nonblocking(true)?;
         let io = UdpIo::new(&socket, Batching::default())?;
         let local = socket.local_addr()?;
         Ok(Self { socket, io, backoff: RecvBackoff::new(), local })
