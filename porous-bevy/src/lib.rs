@@ -73,7 +73,7 @@ mod transport;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bevy_app::{App, Plugin, PostUpdate, PreUpdate};
 use bevy_ecs::message::{Message, MessageWriter};
