@@ -3,9 +3,10 @@
 //! Each tick every client sends a 20-byte reliable input; the server sends each client a
 //! 100-byte unreliable state and, every 6th tick, a 40-byte reliable event. The clients are
 //! emulated by one client `Host` that connects to a distinct alias of the server per
-//! client (the harness rewrites addresses on the way, as in `idle.rs`), so the server holds
-//! a full, independent peer per client. Datagrams cross in the tick they are sent: both
-//! sides read what arrived, send, step and transmit, in that order, as an engine loop does.
+//! client (the simulator's links rewrite addresses on the way, as in `idle.rs`:
+//! `support/crowd.rs`), so the server holds a full, independent peer per client. Datagrams
+//! cross in the tick they are sent: both sides read what arrived, send, step and transmit,
+//! in that order, as an engine loop does.
 //!
 //! Only the server's calls are timed (reading the tick's datagrams, the sends, `step`,
 //! draining transmits and events). For each N the bench warms up for 2 s of game time,
@@ -22,8 +23,6 @@
 //! `cargo test --benches` it runs once with 20 and 40 peers.
 
 use std::alloc::System;
-use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -90,7 +89,10 @@ fn sizes() -> Vec<usize> {
 
 #[path = "support/addresses.rs"]
 mod addresses;
-use addresses::{ALIAS_BASE, CLIENT_BASE, alias, client_addr, index};
+#[path = "support/crowd.rs"]
+mod crowd;
+use addresses::{CLIENT_BASE, alias, index};
+use crowd::Crowd;
 
 /// Datagrams and bytes that crossed one way.
 #[derive(Clone, Copy, Debug, Default)]
@@ -101,37 +103,24 @@ struct Traffic {
 
 /// A server and `n` active clients, emulated by one client host.
 struct Game {
-    server: Host,
-    client: Host,
-    now: Instant,
+    crowd: Crowd,
     ticks: u64,
     /// The server's peer per client and the client host's peer per client, by index.
     server_peers: Vec<Option<PeerId>>,
     client_peers: Vec<PeerId>,
-    /// Datagrams on their way, each with the tick from which it may be read.
-    to_server: VecDeque<(u64, SocketAddr, Bytes)>,
-    to_clients: VecDeque<(u64, SocketAddr, Bytes)>,
-    /// Ticks of any kind so far (connecting ones too), and the extra ticks each datagram
-    /// spends on the way (`--delay`).
-    clock: u64,
-    delay: u64,
     up: Traffic,
     down: Traffic,
 }
 
 impl Game {
     fn new(n: usize) -> Self {
+        let server = Host::new(config(), rng(1)).expect("valid config");
+        let client = Host::new(config(), rng(2)).expect("valid config");
         let mut g = Self {
-            server: Host::new(config(), rng(1)).expect("valid config"),
-            client: Host::new(config(), rng(2)).expect("valid config"),
-            now: Instant::now(),
+            crowd: Crowd::new(server, client),
             ticks: 0,
             server_peers: vec![None; n],
             client_peers: Vec::with_capacity(n),
-            to_server: VecDeque::new(),
-            to_clients: VecDeque::new(),
-            clock: 0,
-            delay: 0,
             up: Traffic::default(),
             down: Traffic::default(),
         };
@@ -139,8 +128,9 @@ impl Game {
         let per_tick = n.div_ceil(30);
         while g.client_peers.len() < n {
             let from = g.client_peers.len();
+            let now = g.crowd.now();
             for i in from..(from + per_tick).min(n) {
-                let peer = g.client.connect(g.now, alias(i)).expect("connect");
+                let peer = g.crowd.client.connect(now, alias(i)).expect("connect");
                 g.client_peers.push(peer);
             }
             g.idle_tick();
@@ -153,71 +143,70 @@ impl Game {
         }
         // The delay applies from here: a connect flood through a long path is another
         // bench's matter (the handshake's), not this one's.
-        g.delay = arg("--delay").and_then(|d| d.parse().ok()).unwrap_or(0);
+        let delay: u32 = arg("--delay").and_then(|d| d.parse().ok()).unwrap_or(0);
+        if delay > 0 {
+            g.crowd.set_delay(n, TICK * delay);
+        }
         g
     }
 
     /// A tick without game traffic (while clients connect).
     fn idle_tick(&mut self) {
-        self.now += TICK;
-        self.clock += 1;
+        self.crowd.advance(TICK);
         self.client_io(false);
+        self.crowd.take_inbox();
         self.server_io(false);
+        self.carry_down();
     }
 
     /// The clients' side of a tick: read, send inputs (if playing), step, transmit.
     fn client_io(&mut self, play: bool) {
-        while let Some((_, to, payload)) = self.to_clients.pop_front_if(|d| d.0 <= self.clock) {
-            self.client.handle_datagram(self.now, alias(index(to, CLIENT_BASE)), &payload);
-        }
+        let c = &mut self.crowd;
+        c.client_read();
         if play {
             for &peer in &self.client_peers {
-                self.client.send(peer, RELIABLE, Bytes::from_static(&INPUT), SendMode::Reliable).expect("input");
+                c.client.send(peer, RELIABLE, Bytes::from_static(&INPUT), SendMode::Reliable).expect("input");
             }
         }
-        self.client.step(self.now);
-        while let Some(t) = self.client.poll_transmit() {
-            self.up.datagrams += 1;
-            self.up.bytes += t.payload.len() as u64;
-            self.to_server.push_back((self.clock + self.delay, client_addr(index(t.remote, ALIAS_BASE)), t.payload));
-        }
-        while let Some(e) = self.client.poll_event() {
+        c.client.step(c.net.now());
+        let up = &mut self.up;
+        c.client_send(|t| {
+            up.datagrams += 1;
+            up.bytes += t.payload.len() as u64;
+        });
+        while let Some(e) = c.client.poll_event() {
             if let Event::Disconnected { peer, reason, .. } = e {
                 panic!("client {peer} disconnected: {reason}");
             }
         }
     }
 
-    /// The server's side of a tick (what is timed): read, send state (and events), step,
-    /// transmit, drain events. Returns how long each of those phases took (read, send,
-    /// step, drain). Never inlined, so a profiler can count it alone
-    /// (`valgrind --tool=callgrind --toggle-collect='active::Game::server_io'`).
+    /// The server's side of a tick (what is timed): read its inbox, send state (and
+    /// events), step, transmit into its outbox, drain events. Returns how long each of those
+    /// phases took (read, send, step, drain). Never inlined, so a profiler can count it alone
+    /// (`valgrind --tool=callgrind --toggle-collect='active::Game::server_io'`); the network
+    /// fills the inbox before it and carries the outbox after it.
     #[inline(never)]
     fn server_io(&mut self, play: bool) -> [Duration; PHASES] {
+        let c = &mut self.crowd;
         let start = Instant::now();
-        while let Some((_, from, payload)) = self.to_server.pop_front_if(|d| d.0 <= self.clock) {
-            self.server.handle_datagram(self.now, from, &payload);
-        }
+        c.server_read();
         let read = Instant::now();
 
         if play {
             let event = self.ticks.is_multiple_of(EVENT_EVERY);
             for peer in self.server_peers.iter().flatten() {
-                let _ = self.server.send(*peer, UNRELIABLE, Bytes::from_static(&STATE), SendMode::Unreliable);
+                let _ = c.server.send(*peer, UNRELIABLE, Bytes::from_static(&STATE), SendMode::Unreliable);
                 if event {
-                    let _ = self.server.send(*peer, RELIABLE, Bytes::from_static(&EVENT), SendMode::Reliable);
+                    let _ = c.server.send(*peer, RELIABLE, Bytes::from_static(&EVENT), SendMode::Reliable);
                 }
             }
         }
         let sent = Instant::now();
-        self.server.step(self.now);
+        c.server.step(c.net.now());
         let stepped = Instant::now();
-        while let Some(t) = self.server.poll_transmit() {
-            self.down.datagrams += 1;
-            self.down.bytes += t.payload.len() as u64;
-            self.to_clients.push_back((self.clock + self.delay, t.remote, t.payload));
-        }
-        while let Some(e) = self.server.poll_event() {
+        c.server_transmits();
+        while let Some(e) = c.server.poll_event() {
             match e {
                 Event::Connected { peer, remote, .. } => {
                     if let Some(slot) = self.server_peers.get_mut(index(remote, CLIENT_BASE)) {
@@ -232,18 +221,29 @@ impl Game {
         [read - start, sent - read, stepped - sent, drained - stepped]
     }
 
+    /// What the server sent this tick, onto the links.
+    fn carry_down(&mut self) {
+        let down = &mut self.down;
+        self.crowd.carry_outbox(|t| {
+            down.datagrams += 1;
+            down.bytes += t.payload.len() as u64;
+        });
+    }
+
     /// One game tick; returns how long the server's calls took, in all and by phase, and
     /// the allocations they made.
     fn tick(&mut self) -> (Duration, [Duration; PHASES], u64) {
-        self.now += TICK;
-        self.clock += 1;
+        self.crowd.advance(TICK);
         self.ticks += 1;
         self.client_io(true);
+        self.crowd.take_inbox();
         let region = Region::new(GLOBAL);
         let start = Instant::now();
         let phases = self.server_io(true);
         let took = start.elapsed();
-        (took, phases, region.change().allocations as u64)
+        let allocations = region.change().allocations as u64;
+        self.carry_down();
+        (took, phases, allocations)
     }
 }
 
@@ -335,11 +335,11 @@ fn main() {
             g.tick();
         }
         let windows: Vec<Window> = (0..windows).map(|_| measure(&mut g, n, ticks)).collect();
-        assert_eq!(g.server.stats().peers, n, "no peer was lost");
+        assert_eq!(g.crowd.server.stats().peers, n, "no peer was lost");
         // The server's heap: everything live now minus the client side's share, which is
         // measured by dropping it.
-        let Game { server, client, to_server, to_clients, client_peers, server_peers, .. } = g;
-        drop((client, to_server, to_clients, client_peers, server_peers));
+        let Game { crowd: Crowd { server, client, net, inbox, outbox }, client_peers, server_peers, .. } = g;
+        drop((client, net, inbox, outbox, client_peers, server_peers));
         let heap = (live(&region) - empty_bytes) as f64 / n as f64;
         drop(server);
         println!(

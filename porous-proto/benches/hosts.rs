@@ -158,15 +158,11 @@ impl Pair {
     }
 
     fn deliver_to_b(&mut self) {
-        for d in self.net.held(self.a_addr, self.b_addr).release_all() {
-            self.b.handle_datagram(self.now, self.a_addr, &d);
-        }
+        self.net.deliver_held_to(self.a_addr, self.b_addr, &mut self.b);
     }
 
     fn deliver_to_a(&mut self) {
-        for d in self.net.held(self.b_addr, self.a_addr).release_all() {
-            self.a.handle_datagram(self.now, self.b_addr, &d);
-        }
+        self.net.deliver_held_to(self.b_addr, self.a_addr, &mut self.a);
     }
 
     /// Carries every queued datagram both ways.

@@ -8,10 +8,9 @@
 //! times, and the pair then idles for 2 s so every timer is in its steady rhythm. Both
 //! sides keep the connections alive with the default pings; nothing else is sent.
 //!
-//! The address rewriting is why this bench keeps its own two queues instead of the
-//! simulator's network (which the `hosts` bench and the tests use): there every client
-//! address would be a link of its own, and the timed server tick would walk 10,000 links
-//! to find what arrived.
+//! The hosts are joined by the simulator's network, as every harness's are
+//! (`support/crowd.rs`): its links rewrite the addresses, and its work stays outside the
+//! server's timed calls.
 //!
 //! Criterion groups (time is the server's only; the clients' work is not counted):
 //!
@@ -29,11 +28,8 @@
 //! `cargo bench -p porous-proto --bench idle`; see `docs/performance.md`.
 
 use std::alloc::System;
-use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use porous_proto::sim::seeded_rng;
 use porous_proto::{Event, Host, HostConfig};
@@ -59,34 +55,28 @@ fn config() -> HostConfig {
 
 #[path = "support/addresses.rs"]
 mod addresses;
-use addresses::{ALIAS_BASE, CLIENT_BASE, alias, client_addr, index};
+#[path = "support/crowd.rs"]
+mod crowd;
+use addresses::alias;
+use crowd::Crowd;
 
 /// A server with `n` idle clients, emulated by one client host.
 struct Idle {
-    server: Host,
-    client: Host,
-    now: Instant,
-    /// Datagrams from the clients, as the server sees them, and to the clients.
-    to_server: VecDeque<(SocketAddr, Bytes)>,
-    to_clients: VecDeque<(SocketAddr, Bytes)>,
+    crowd: Crowd,
     connected: usize,
 }
 
 impl Idle {
     fn new(n: usize) -> Self {
-        let mut s = Self {
-            server: Host::new(config(), seeded_rng(1)).expect("valid config"),
-            client: Host::new(config(), seeded_rng(2)).expect("valid config"),
-            now: Instant::now(),
-            to_server: VecDeque::new(),
-            to_clients: VecDeque::new(),
-            connected: 0,
-        };
+        let server = Host::new(config(), seeded_rng(1)).expect("valid config");
+        let client = Host::new(config(), seeded_rng(2)).expect("valid config");
+        let mut s = Self { crowd: Crowd::new(server, client), connected: 0 };
         let per_tick = n.div_ceil(SPREAD_TICKS);
         let mut next = 0;
         while next < n {
+            let now = s.crowd.now();
             for i in next..(next + per_tick).min(n) {
-                s.client.connect(s.now, alias(i)).expect("connect");
+                s.crowd.client.connect(now, alias(i)).expect("connect");
             }
             next += per_tick;
             s.client_tick();
@@ -98,34 +88,37 @@ impl Idle {
             s.server_tick();
         }
         assert_eq!(s.connected, n, "every client connected");
-        assert_eq!(s.server.stats().peers, n);
+        assert_eq!(s.crowd.server.stats().peers, n);
         s
     }
 
     /// The clients' side of a tick: the clock advances, the clients take what the server
     /// sent, step, and send.
     fn client_tick(&mut self) {
-        self.now += TICK;
-        while let Some((to, payload)) = self.to_clients.pop_front() {
-            self.client.handle_datagram(self.now, alias(index(to, CLIENT_BASE)), &payload);
-        }
-        self.client.step(self.now);
-        while let Some(t) = self.client.poll_transmit() {
-            self.to_server.push_back((client_addr(index(t.remote, ALIAS_BASE)), t.payload));
-        }
-        while self.client.poll_event().is_some() {}
+        self.crowd.advance(TICK);
+        self.crowd.client_read();
+        let now = self.crowd.now();
+        self.crowd.client.step(now);
+        self.crowd.client_send(|_| {});
+        while self.crowd.client.poll_event().is_some() {}
     }
 
-    /// The server's side of a tick (what the benchmark times).
+    /// The server's side of a tick, its timed part between taking its inbox off the
+    /// network and carrying its outbox.
     fn server_tick(&mut self) {
-        while let Some((from, payload)) = self.to_server.pop_front() {
-            self.server.handle_datagram(self.now, from, &payload);
-        }
-        self.server.step(self.now);
-        while let Some(t) = self.server.poll_transmit() {
-            self.to_clients.push_back((t.remote, t.payload));
-        }
-        while let Some(e) = self.server.poll_event() {
+        self.crowd.take_inbox();
+        self.server_turn();
+        self.crowd.carry_outbox(|_| {});
+    }
+
+    /// The server's calls in a tick (what the benchmark times): read, step, transmit,
+    /// drain events.
+    fn server_turn(&mut self) {
+        let c = &mut self.crowd;
+        c.server_read();
+        c.server.step(c.net.now());
+        c.server_transmits();
+        while let Some(e) = c.server.poll_event() {
             match e {
                 Event::Connected { .. } => self.connected += 1,
                 Event::Disconnected { peer, reason, .. } => panic!("{peer} disconnected: {reason}"),
@@ -140,8 +133,8 @@ fn bench_idle(c: &mut Criterion) {
     nothing.throughput(Throughput::Elements(1));
     let mut setups: Vec<(usize, Idle)> = sizes().iter().map(|&n| (n, Idle::new(n))).collect();
     for (n, idle) in &mut setups {
-        let now = idle.now;
-        nothing.bench_with_input(BenchmarkId::from_parameter(*n), n, |b, _| b.iter(|| idle.server.step(now)));
+        let now = idle.crowd.now();
+        nothing.bench_with_input(BenchmarkId::from_parameter(*n), n, |b, _| b.iter(|| idle.crowd.server.step(now)));
     }
     nothing.finish();
 
@@ -150,22 +143,24 @@ fn bench_idle(c: &mut Criterion) {
         tick.throughput(Throughput::Elements(*n as u64));
         let mut ticks = 0u64;
         let mut sent = 0u64;
-        let before = idle.server.stats().datagrams_sent;
+        let before = idle.crowd.server.stats().datagrams_sent;
         tick.bench_with_input(BenchmarkId::from_parameter(*n), n, |b, _| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     idle.client_tick();
+                    idle.crowd.take_inbox();
                     let start = Instant::now();
-                    idle.server_tick();
+                    idle.server_turn();
                     total += start.elapsed();
+                    idle.crowd.carry_outbox(|_| {});
                 }
                 ticks += iters;
                 total
             });
         });
-        sent += idle.server.stats().datagrams_sent - before;
-        assert_eq!(idle.server.stats().peers, *n, "no idle peer timed out");
+        sent += idle.crowd.server.stats().datagrams_sent - before;
+        assert_eq!(idle.crowd.server.stats().peers, *n, "no idle peer timed out");
         eprintln!(
             "idle/tick_1ms/{n}: {sent} datagrams from the server in {ticks} ticks: {:.2} per peer per second",
             sent as f64 / *n as f64 / (ticks as f64 / 1000.0)
@@ -192,8 +187,8 @@ fn report_memory() {
     let mut prev: Option<(usize, i64)> = None;
     for &n in sizes() {
         let region = Region::new(GLOBAL);
-        let Idle { server, client, to_server, to_clients, .. } = Idle::new(n);
-        drop((client, to_server, to_clients));
+        let Crowd { server, client, net, inbox, outbox } = Idle::new(n).crowd;
+        drop((client, net, inbox, outbox));
         let held = live(&region);
         let per = (held - base) as f64 / n as f64;
         let marginal =

@@ -299,26 +299,8 @@ fn connect(
     limit: Duration,
     seed: u64,
 ) -> Option<(PeerId, PeerId)> {
-    let now = net.now();
     let token = mode.token(seed, b, net.elapsed(), net.host(a).config().peer.timeout);
-    let pa = match token {
-        Some(t) => net.host_mut(a).connect_with_token(now, b, &t).ok()?,
-        None => net.host_mut(a).connect(now, b).ok()?,
-    };
-    let mut pb = None;
-    let mut ok_a = false;
-    net.run_until(limit, |net| {
-        while let Some(e) = net.poll_event(a) {
-            ok_a |= matches!(e, Event::Connected { .. });
-        }
-        while let Some(e) = net.poll_event(b) {
-            if let Event::Connected { peer, .. } = e {
-                pb = Some(peer);
-            }
-        }
-        ok_a && pb.is_some()
-    });
-    Some((pa, pb?))
+    net.establish((a, b), token.as_deref(), limit)
 }
 
 /// Runs traffic both ways over lossy links, heals them, and checks every delivery rule.

@@ -106,46 +106,29 @@ impl Net {
         }
     }
 
-    /// One millisecond: deliver what was sent last tick, step, collect.
+    /// One millisecond: deliver what was sent last tick, then each host's turn (it steps,
+    /// what it sends is logged and goes through the hook onto the link, its events are
+    /// kept).
     fn tick(&mut self) {
         self.net.advance_to(self.now + MS);
         self.now = self.net.now();
-        let now = self.now;
-        let to_server: Vec<Bytes> = self.net.held(client_addr(), server_addr()).release_all().collect();
-        let to_client: Vec<Bytes> = self.net.held(server_addr(), client_addr()).release_all().collect();
-        for d in to_server {
-            self.server.handle_datagram(now, client_addr(), &d);
+        let Self { client, server, hook, log, net, client_events, server_events, .. } = self;
+        net.deliver_held_to(client_addr(), server_addr(), server);
+        net.deliver_held_to(server_addr(), client_addr(), client);
+        for (host, dir, events) in [(client, Dir::ToServer, client_events), (server, Dir::ToClient, server_events)] {
+            let (from, to) = match dir {
+                Dir::ToServer => (client_addr(), server_addr()),
+                Dir::ToClient => (server_addr(), client_addr()),
+            };
+            let out = |net: &mut Network, _: &Host, t: porous_proto::Transmit| {
+                assert_eq!(t.remote, to);
+                for d in hook(dir, &t.payload) {
+                    net.inject(from, to, Bytes::from(d));
+                }
+                log.push((dir, t.payload.to_vec()));
+            };
+            events.extend(net.turn(host, out));
         }
-        for d in to_client {
-            self.client.handle_datagram(now, server_addr(), &d);
-        }
-        self.client.step(now);
-        self.server.step(now);
-        while let Some(t) = self.client.poll_transmit() {
-            assert_eq!(t.remote, server_addr());
-            self.send(Dir::ToServer, t.payload.to_vec());
-        }
-        while let Some(t) = self.server.poll_transmit() {
-            assert_eq!(t.remote, client_addr());
-            self.send(Dir::ToClient, t.payload.to_vec());
-        }
-        while let Some(e) = self.client.poll_event() {
-            self.client_events.push(e);
-        }
-        while let Some(e) = self.server.poll_event() {
-            self.server_events.push(e);
-        }
-    }
-
-    fn send(&mut self, dir: Dir, d: Vec<u8>) {
-        let (from, to) = match dir {
-            Dir::ToServer => (client_addr(), server_addr()),
-            Dir::ToClient => (server_addr(), client_addr()),
-        };
-        for out in (self.hook)(dir, &d) {
-            self.net.inject(from, to, Bytes::from(out));
-        }
-        self.log.push((dir, d));
     }
 
     fn run(&mut self, d: Duration) {

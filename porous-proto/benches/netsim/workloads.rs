@@ -101,22 +101,7 @@ pub(crate) fn pair(seed: u64, ab: LinkConditions, ba: LinkConditions, cfg: &Host
     net.add_host(b, cfg.clone()).expect("valid config");
     net.set_link(a, b, ab);
     net.set_link(b, a, ba);
-    let now = net.now();
-    let pa = net.host_mut(a).connect(now, b).expect("connect");
-    let mut pb = None;
-    let mut up = false;
-    net.run_until(60 * SEC, |net| {
-        while let Some(e) = net.poll_event(a) {
-            up |= matches!(e, Event::Connected { .. });
-        }
-        while let Some(e) = net.poll_event(b) {
-            if let Event::Connected { peer, .. } = e {
-                pb = Some(peer);
-            }
-        }
-        up && pb.is_some()
-    });
-    let pb = pb.expect("b saw the connection");
+    let (pa, pb) = net.establish((a, b), None, 60 * SEC).expect("a and b connect");
     // A second for the handshake's round-trip samples to settle.
     net.run_for(SEC, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
     (net, pa, pb)

@@ -45,7 +45,7 @@ use rand_pcg::Pcg32;
 use super::wire::{ack_ranges, arbitrary_request};
 use crate::channel::ENTRY_OVERHEAD;
 use crate::config::{ChannelConfig, HostConfig, SecureConfig, SequenceStart};
-use crate::event::{DisconnectReason, Event, PeerId};
+use crate::event::{DisconnectReason, Event, PeerId, Transmit};
 use crate::host::Host;
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 use crate::sim::{Held, LinkConditions, Network, seeded_rng};
@@ -809,66 +809,22 @@ impl World {
         }
     }
 
-    /// Steps both hosts, moves their datagrams into the network, checks their events and
-    /// the caps. Returns the packets checked.
+    /// Gives both hosts their turn, client first: each steps, what it sends goes through
+    /// [`route`]'s checks into the network, its events are checked, then its caps.
+    /// Returns the packets checked.
     fn settle(&mut self) -> usize {
         let mut checked = 0;
         for side in [Side::Client, Side::Server] {
-            let now = self.now();
-            self.host(side).step(now);
-            while let Some(t) = self.host(side).poll_transmit() {
-                self.route(side, t.remote, t.payload);
-            }
-            while let Some(e) = self.host(side).poll_event() {
+            let Self { net, hosts, strangers, secure, .. } = self;
+            let secure = secure.is_some();
+            let out = |net: &mut Network, host: &Host, t: Transmit| route(net, host, side, secure, strangers, t);
+            let events: Vec<Event> = net.turn(&mut hosts[side.index()], out).collect();
+            for e in events {
                 checked += self.on_event(side, e);
             }
             self.check_caps(side);
         }
         checked
-    }
-
-    fn route(&mut self, from: Side, to: SocketAddr, payload: Bytes) {
-        let connected = |h: &Host| {
-            h.peer_by_addr(to).and_then(|p| h.peer_stats(p)).is_some_and(|s| s.state == PeerState::Connected)
-        };
-        if to == from.other().addr() {
-            let mut link = self.link(from.other());
-            if link.len() == MAX_IN_FLIGHT {
-                link.drop_next();
-            }
-            self.net.inject(from.addr(), to, payload);
-            return;
-        }
-        let smallest_request = if self.secure.is_some() { SEALED_REQUEST_SIZE } else { wire::REQUEST_SIZE };
-        if !connected(&self.hosts[from.index()]) {
-            assert!(
-                payload.len() <= smallest_request,
-                "{} byte datagram to {to}, which has no connection",
-                payload.len()
-            );
-        }
-        if let Some(i) = (0..STRANGERS).find(|&i| stranger_addr(i) == to) {
-            let st = &mut self.strangers[usize::from(i)];
-            if !st.proven {
-                st.bytes_out += payload.len();
-                assert!(
-                    st.bytes_out <= st.bytes_in,
-                    "{} bytes sent to {to}, which sent {} and has not proven it receives",
-                    st.bytes_out,
-                    st.bytes_in
-                );
-            }
-            let reply = match (&st.token, st.request) {
-                (Some((t, _)), Some(req)) if self.secure.is_some() => {
-                    sealed::open_reply(&payload, &t.keys().1.derive(Use::Reply, req.nonce, 0)).ok()
-                }
-                (_, Some(req)) => Control::decode(&payload, Key::reply(req.nonce)).ok().map(Control::without_data),
-                _ => None,
-            };
-            if let Some(c) = reply {
-                st.reply = Some(c);
-            }
-        }
     }
 
     fn on_event(&mut self, side: Side, e: Event) -> usize {
@@ -1007,6 +963,51 @@ impl World {
                 && current == known
                 && self.books[side.index()].get(&number).is_some_and(|b| b.reliable.iter().any(|r| !r.is_empty()))
         })
+    }
+}
+
+/// What a host of the world sends, on its way into the network: towards the other host
+/// it joins the held link (the oldest held datagram lost beyond `MAX_IN_FLIGHT`); towards
+/// anyone else it is checked (no datagram to an address without a connection larger than
+/// the smallest request; no unproven stranger sent more bytes than it sent) and read as a
+/// stranger would, for its answer.
+fn route(net: &mut Network, sender: &Host, from: Side, secure: bool, strangers: &mut [Stranger], t: Transmit) {
+    let (to, payload) = (t.remote, t.payload);
+    let connected =
+        |h: &Host| h.peer_by_addr(to).and_then(|p| h.peer_stats(p)).is_some_and(|s| s.state == PeerState::Connected);
+    if to == from.other().addr() {
+        let mut link = net.held(from.addr(), to);
+        if link.len() == MAX_IN_FLIGHT {
+            link.drop_next();
+        }
+        net.inject(from.addr(), to, payload);
+        return;
+    }
+    let smallest_request = if secure { SEALED_REQUEST_SIZE } else { wire::REQUEST_SIZE };
+    if !connected(sender) {
+        assert!(payload.len() <= smallest_request, "{} byte datagram to {to}, which has no connection", payload.len());
+    }
+    if let Some(i) = (0..STRANGERS).find(|&i| stranger_addr(i) == to) {
+        let st = &mut strangers[usize::from(i)];
+        if !st.proven {
+            st.bytes_out += payload.len();
+            assert!(
+                st.bytes_out <= st.bytes_in,
+                "{} bytes sent to {to}, which sent {} and has not proven it receives",
+                st.bytes_out,
+                st.bytes_in
+            );
+        }
+        let reply = match (&st.token, st.request) {
+            (Some((t, _)), Some(req)) if secure => {
+                sealed::open_reply(&payload, &t.keys().1.derive(Use::Reply, req.nonce, 0)).ok()
+            }
+            (_, Some(req)) => Control::decode(&payload, Key::reply(req.nonce)).ok().map(Control::without_data),
+            _ => None,
+        };
+        if let Some(c) = reply {
+            st.reply = Some(c);
+        }
     }
 }
 

@@ -18,12 +18,15 @@
 //! to a capture file.
 //!
 //! Hosts need not belong to the network. A test whose hosts live elsewhere (fields of a
-//! game object, a harness struct) drives them itself with the same links and clock:
-//! [`Network::advance_to`] moves the clock, [`Network::pop_arrival`] hands over what is
-//! due, [`Network::route`] takes what a host sends. A link can also be *held*
+//! game object, a harness struct) lends them to the network call by call and runs the
+//! same loop with the same links and clock: [`Network::next_event`] says when, then
+//! [`Network::advance_to`] moves the clock, [`Network::deliver`] hands over what is due
+//! and [`Network::turn`] gives a host its turn (it steps, what it sends goes through the
+//! test's hook onto the links, its events come back). A link can also be *held*
 //! ([`LinkConditions::held`]): its datagrams wait until the caller releases, drops,
-//! duplicates, reorders or takes them ([`Network::held`]), for tests that play the network
-//! by hand. [`seeded_rng`] is the generator to make such hosts with.
+//! duplicates, reorders or takes them ([`Network::held`], [`Network::deliver_held_to`]), for
+//! tests that play the network by hand. [`seeded_rng`] is the generator to make such hosts
+//! with.
 //!
 //! # Testing your game logic on top
 //!
@@ -109,6 +112,7 @@
 //! # }
 //! ```
 
+mod driver;
 mod link;
 mod rng;
 mod stall;

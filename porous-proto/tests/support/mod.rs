@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use porous_proto::sim::{LinkConditions, Network, seeded_rng};
 use porous_proto::token::{self, PrivateKey, TokenParams};
-use porous_proto::{Event, Host, HostConfig, PeerId, SecureConfig};
+use porous_proto::{Event, Host, HostConfig, PeerId, SecureConfig, Transmit};
 
 pub const MS: Duration = Duration::from_millis(1);
 
@@ -159,44 +159,20 @@ impl Pair {
         }
     }
 
-    fn collect(&mut self) {
-        for (host, from, to) in [(&mut self.a, self.a_addr, self.b_addr), (&mut self.b, self.b_addr, self.a_addr)] {
-            while let Some(t) = host.poll_transmit() {
-                let d = Datagram { sent: self.now - self.start, from, to: t.remote, payload: t.payload };
-                self.log.push(d.clone());
-                // Datagrams to any other address vanish.
-                if d.to == to && (self.pass)(&d) {
-                    self.net.inject(d.from, d.to, d.payload);
-                }
-            }
-        }
-        while let Some(e) = self.a.poll_event() {
-            self.events_a.push(e);
-        }
-        while let Some(e) = self.b.poll_event() {
-            self.events_b.push(e);
-        }
-    }
-
     /// Advances to the next moment something happens (a delivery or a host deadline, or
-    /// the next tick), at most `max` ahead; delivers, steps both hosts, collects output.
+    /// the next tick), at most `max` ahead; delivers, and gives both hosts their turn:
+    /// each steps, what it sends is logged and, if `pass` lets it, goes onto the link; its
+    /// events are kept.
     pub fn advance(&mut self, max: Duration) {
         if self.net.link(self.a_addr, self.b_addr).latency != self.latency {
             self.net.set_link_both(self.a_addr, self.b_addr, LinkConditions::perfect(self.latency));
         }
         let limit = self.now + max;
-        let mut next = limit;
-        if let Some(tick) = self.tick {
+        let next = match self.tick {
             // An engine loop: read what arrived and step, once per tick.
-            next = next.min(self.now + tick);
-        } else {
-            for t in [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten() {
-                next = next.min(t.max(self.now));
-            }
-            if let Some(t) = self.net.next_arrival() {
-                next = next.min(t);
-            }
-        }
+            Some(tick) => limit.min(self.now + tick),
+            None => self.net.next_event([&self.a, &self.b]).map_or(limit, |t| t.min(limit)),
+        };
         if next <= self.now {
             self.stalled += 1;
             assert!(
@@ -214,13 +190,19 @@ impl Pair {
         }
         self.net.advance_to(next);
         self.now = self.net.now();
-        while let Some(d) = self.net.pop_arrival() {
-            let host = if d.to == self.a_addr { &mut self.a } else { &mut self.b };
-            host.handle_datagram(self.now, d.from, &d.payload);
+        let Self { a, b, a_addr, b_addr, net, pass, log, events_a, events_b, .. } = self;
+        net.deliver(&mut [(*a_addr, &mut *a), (*b_addr, &mut *b)]);
+        for (host, from, to, events) in [(a, *a_addr, *b_addr, events_a), (b, *b_addr, *a_addr, events_b)] {
+            let out = |net: &mut Network, _: &Host, t: Transmit| {
+                let d = Datagram { sent: net.elapsed(), from, to: t.remote, payload: t.payload };
+                log.push(d.clone());
+                // Datagrams to any other address vanish.
+                if d.to == to && pass(&d) {
+                    net.inject(d.from, d.to, d.payload);
+                }
+            };
+            events.extend(net.turn(host, out));
         }
-        self.a.step(self.now);
-        self.b.step(self.now);
-        self.collect();
     }
 
     /// Runs until `done` holds or `limit` of simulated time passes; returns whether it held.
