@@ -1,6 +1,8 @@
-//! POROUS over real UDP on 127.0.0.1: bulk reliable transfer through the adapters next to
-//! raw UDP baselines (issues 9 and 20), then bulk and a 60 Hz game stream through a lossy
-//! relay (issues 16 and 17), all in one run. Prints its figures; no criterion.
+//! porous-mio over real UDP on 127.0.0.1: bulk reliable transfer next to raw UDP baselines
+//! (issues 9 and 20), then bulk and a 60 Hz game stream through a lossy relay (issues 16
+//! and 17), all in one run. Prints its figures; no criterion. The relay, the streams and
+//! the raw baselines are `porous_loopback`'s, shared with the demo and with porous-tokio's
+//! bench, which measures that adapter against the same baselines.
 //!
 //! For 32-byte and 1,000-byte packets, each scenario runs `--runs` times, the scenarios
 //! interleaved (A B C A B C, the order rotated each run) so that a noisy moment of the
@@ -19,10 +21,6 @@
 //!   adapter as it was before batched IO.
 //! - `mio-aimd`: `mio` with `CongestionControl::Aimd` (the spec's controller) instead of
 //!   the default model-based one, to tell the controller's share of a clean-path figure.
-//! - `tokio`: the same transfer through `porous-tokio`, each end a current-thread tokio
-//!   runtime on its own thread (the driver task and the application task share it, so the
-//!   thread's CPU time is all of that end's). The sender queues until `QueueFull`, then
-//!   sleeps 1 ms (tokio's timer granularity); the receiver awaits `Peer::recv`.
 //! - `raw`: plain `std::net::UdpSocket`s, one thread blasting as many datagrams of the
 //!   size POROUS put on the wire (its mean data datagram, from the latest `mio` run) as
 //!   POROUS sent, one `send_to` each, the other receiving and counting what arrives. The
@@ -35,7 +33,8 @@
 //! against raw UDP's CPU per datagram divided by the messages POROUS put in a datagram,
 //! and goodput against raw throughput.
 //!
-//! Then two sets of scenarios through a lossy relay (issues 16 and 17): a third socket on
+//! Then two sets of scenarios through a lossy relay (issues 16 and 17,
+//! `porous_loopback::relay`): a third socket on
 //! 127.0.0.1 between the two hosts that drops each datagram with probability `--loss`
 //! (each way, from its own seeded generator per direction), and forwards the rest after
 //! `--delay` ms plus up to `--jitter` ms, never reordering a direction. Each run draws a
@@ -71,42 +70,22 @@
 //! Without `--bench` on its command line (as under `cargo test --benches`) it runs one
 //! short round only.
 
-use std::collections::VecDeque;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use porous_loopback::bulk::{
+    Outcome, RecvEnd, SendEnd, WATCHDOG, cpu_model, io_error, join, kernel_drops, localhost, mbps, median, raw_run,
+    raw_socket, round_order, spread, thread_cpu,
+};
+use porous_loopback::relay::{Path, Relay, RelayStats};
+use porous_loopback::stream::{self, percentile, unpack};
 use porous_mio::proto::{CongestionControl, CongestionMode};
 use porous_mio::token::{self, PrivateKey, TokenParams};
 use porous_mio::{Batching, Event, Host, HostConfig, PeerStats, SecureConfig, SendError, SendMode};
-use porous_udp::{AsSocketRef, UdpIo};
-
-/// Give up on a run after this long.
-const WATCHDOG: Duration = Duration::from_secs(120);
-
-/// CPU time this thread has used: nanosecond `schedstat` where the kernel offers it, else
-/// the clock-tick `stat` fields.
-fn thread_cpu() -> Duration {
-    if let Ok(s) = std::fs::read_to_string("/proc/thread-self/schedstat")
-        && let Some(ns) = s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok())
-        && ns > 0
-    {
-        return Duration::from_nanos(ns);
-    }
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
-    Duration::from_millis(ticks * 10)
-}
-
-fn io_error(e: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(e.to_string())
-}
 
 /// What a scenario is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,8 +94,6 @@ enum Scenario {
     Mio(Batching, CongestionControl),
     /// porous-mio, full batching, the default controller, secure mode.
     MioSecure,
-    /// porous-tokio, full batching.
-    Tokio,
     /// Plain sockets, one system call per datagram.
     Raw,
     /// `porous_udp::UdpIo`, full batching, no protocol.
@@ -132,11 +109,10 @@ enum Scenario {
 
 impl Scenario {
     /// The bulk transfers on a clean path.
-    const CLEAN: [Self; 7] = [
+    const CLEAN: [Self; 6] = [
         Self::MIO,
         Self::Raw,
         Self::MioSecure,
-        Self::Tokio,
         Self::Mio(Batching::NONE, CongestionControl::Model),
         Self::RawBatched,
         Self::Mio(Batching::FULL, CongestionControl::Aimd),
@@ -158,7 +134,6 @@ impl Scenario {
             Self::Mio(_, CongestionControl::Aimd) => "mio-aimd",
             Self::Mio(..) => "mio",
             Self::MioSecure => "mio-secure",
-            Self::Tokio => "tokio",
             Self::Raw => "raw",
             Self::RawBatched => "raw-batched",
             Self::Lossy(CongestionControl::Aimd) => "lossy-aimd",
@@ -170,287 +145,8 @@ impl Scenario {
     }
 
     fn is_porous(self) -> bool {
-        matches!(self, Self::Mio(..) | Self::MioSecure | Self::Tokio)
+        matches!(self, Self::Mio(..) | Self::MioSecure)
     }
-}
-
-/// One measurement of one scenario.
-#[derive(Clone, Copy, Debug, Default)]
-struct Outcome {
-    wall: Duration,
-    send_cpu: Duration,
-    recv_cpu: Duration,
-    /// Packets delivered (POROUS) or datagrams arrived (raw).
-    delivered: u64,
-    /// Payload bytes delivered (POROUS) or datagram bytes arrived (raw).
-    bytes: u64,
-    /// Data-direction datagrams the sender put on the wire (resends included), and bytes.
-    datagrams: u64,
-    wire_bytes: u64,
-    /// Acknowledgement-direction datagrams from the receiver.
-    acks: u64,
-    /// Datagrams the receiver took from its socket and verified (porous-mio runs): the
-    /// sender's `datagrams` less this is what the path (the kernel, the relay) lost.
-    arrived: u64,
-    resent: u64,
-    would_block: u64,
-    /// System calls that moved datagrams, both ends.
-    syscalls: u64,
-    /// Datagrams the kernel dropped for want of receive-buffer room (UDP `RcvbufErrors`,
-    /// system-wide, during the run).
-    kernel_drops: u64,
-    /// Datagrams the async adapter's driver left unread for a consumer that was behind.
-    deferred: u64,
-    /// The sender's connection at the end (porous-mio runs).
-    peer: Option<PeerStats>,
-    /// What the lossy relay did, when there was one.
-    relay: RelayStats,
-}
-
-impl Outcome {
-    fn cpu(&self) -> Duration {
-        self.send_cpu + self.recv_cpu
-    }
-    fn cpu_per_item(&self) -> f64 {
-        self.cpu().as_nanos() as f64 / self.delivered.max(1) as f64
-    }
-    fn rate(&self) -> f64 {
-        self.bytes as f64 / self.wall.as_secs_f64()
-    }
-    fn datagram_size(&self) -> usize {
-        (self.wire_bytes / self.datagrams.max(1)) as usize
-    }
-    fn per_datagram(&self) -> f64 {
-        self.delivered as f64 / self.datagrams.max(1) as f64
-    }
-}
-
-/// The kernel's count of UDP datagrams dropped for a full receive buffer (Linux).
-fn kernel_drops() -> u64 {
-    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
-    let mut rows = snmp.lines().filter(|l| l.starts_with("Udp:"));
-    let (Some(names), Some(values)) = (rows.next(), rows.next()) else { return 0 };
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(name, _)| *name == "RcvbufErrors")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn localhost() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
-/// A raw socket with the kernel buffers the adapters ask for, so that the baseline differs
-/// from POROUS by the protocol alone. Returns the granted receive buffer size too.
-fn raw_socket() -> std::io::Result<(UdpSocket, usize)> {
-    let socket = UdpSocket::bind(localhost())?;
-    let options = socket2::SockRef::from(&socket);
-    // As in the adapters: best effort, the kernel may grant less.
-    let _ = options.set_recv_buffer_size(porous_mio::SOCKET_BUFFER);
-    let _ = options.set_send_buffer_size(porous_mio::SOCKET_BUFFER);
-    let granted = options.recv_buffer_size()?;
-    Ok((socket, granted))
-}
-
-/// The lossy path between the hosts of the `lossy-*` and `realtime-*` scenarios.
-#[derive(Clone, Copy, Debug)]
-struct Path {
-    /// Chance that a datagram is dropped, each way.
-    loss: f64,
-    /// One-way delay.
-    delay: Duration,
-    /// Random extra delay, up to this, uniform.
-    jitter: Duration,
-    /// Seeds the relay's generators (one per direction).
-    seed: u64,
-    /// Print the sender's view of the path every this often during a `lossy-*` run, to
-    /// see how its controller got where it ended (`--trace MS`).
-    trace: Option<Duration>,
-}
-
-/// SplitMix64: the relay's randomness, a fresh stream per seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// What the relay did, per direction: 0 is client (the first address that is not the
-/// server) to server, 1 the reverse.
-#[derive(Clone, Copy, Debug, Default)]
-struct RelayStats {
-    forwarded: [u64; 2],
-    dropped: [u64; 2],
-    /// How late the relay forwarded datagrams, both ways: the 99th percentile and the
-    /// worst. What it adds to the path's delay is the machine's scheduling, not POROUS:
-    /// on a busy two-core machine it is the floor of every latency figure's noise.
-    late_p99: Duration,
-    late_max: Duration,
-}
-
-/// A datagram the relay holds: when it is due, which way it goes, where, what.
-type Held = (Instant, usize, SocketAddr, Vec<u8>);
-
-/// A relay on 127.0.0.1 that loses, delays and jitters datagrams between a client and a
-/// server: the demo's relay idea, on two threads of its own so that neither host's loop
-/// paces it. The intake thread blocks in `recv_from`, so a datagram is stamped the moment
-/// it arrives, and decides its fate; the forwarding thread holds it and sends it when it
-/// is due, waking on a channel's timed receive (a futex with a nanosecond timeout: no
-/// millisecond rounding, no spinning on a two-core machine).
-struct Relay {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    intake: thread::JoinHandle<std::io::Result<[u64; 2]>>,
-    /// Datagrams forwarded each way, and how late each was.
-    forward: thread::JoinHandle<std::io::Result<([u64; 2], Vec<Duration>)>>,
-}
-
-impl Relay {
-    fn start(server: SocketAddr, path: Path) -> std::io::Result<Self> {
-        // The adapters' socket buffers: a burst of the bulk scenarios must not overflow the
-        // relay's buffer where it would not overflow a host's.
-        let (socket, _) = raw_socket()?;
-        let addr = socket.local_addr()?;
-        // Only so that the intake notices `stop`; datagrams wake it at once.
-        socket.set_read_timeout(Some(Duration::from_millis(20)))?;
-        let out = socket.try_clone()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel::<Held>();
-        let intake = {
-            let stop = stop.clone();
-            thread::spawn(move || -> std::io::Result<[u64; 2]> {
-                // One generator per direction: one direction's fate does not depend on how
-                // many datagrams the other carried.
-                let mut seeds = Rng(path.seed);
-                let mut rng = [Rng(seeds.next()), Rng(seeds.next())];
-                let (mut client, mut last_due) = (None, [None::<Instant>; 2]);
-                let mut dropped = [0u64; 2];
-                let mut buf = vec![0u8; 65_536];
-                while !stop.load(Ordering::Acquire) {
-                    let (n, from) = match socket.recv_from(&mut buf) {
-                        Ok(got) => got,
-                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    let now = Instant::now();
-                    let (dir, to) = if from == server {
-                        match client {
-                            Some(c) => (1, c),
-                            None => continue,
-                        }
-                    } else {
-                        client = Some(from);
-                        (0, server)
-                    };
-                    if rng[dir].unit() < path.loss {
-                        dropped[dir] += 1;
-                        continue;
-                    }
-                    let mut due = now + path.delay;
-                    if !path.jitter.is_zero() {
-                        due += path.jitter.mul_f64(rng[dir].unit());
-                    }
-                    // A queue, not a shuffle: never before the datagram ahead of it.
-                    let due = last_due[dir].map_or(due, |last| due.max(last));
-                    last_due[dir] = Some(due);
-                    if tx.send((due, dir, to, buf[..n].to_vec())).is_err() {
-                        break;
-                    }
-                }
-                Ok(dropped)
-            })
-        };
-        let forward = thread::spawn(move || -> std::io::Result<([u64; 2], Vec<Duration>)> {
-            // Per direction, in due order (the intake keeps each direction's order).
-            let mut held: [VecDeque<Held>; 2] = [VecDeque::new(), VecDeque::new()];
-            let (mut forwarded, mut late) = ([0u64; 2], Vec::new());
-            loop {
-                let now = Instant::now();
-                for queue in &mut held {
-                    while queue.front().is_some_and(|h| h.0 <= now) {
-                        let Some((due, dir, to, data)) = queue.pop_front() else { break };
-                        // A host that is gone (the run is ending) is not the relay's error.
-                        if out.send_to(&data, to).is_ok() {
-                            forwarded[dir] += 1;
-                            late.push(now - due);
-                        }
-                    }
-                }
-                let next = held.iter().filter_map(|q| q.front().map(|h| h.0)).min();
-                let wait = next.map_or(Duration::from_millis(20), |t| t.saturating_duration_since(Instant::now()));
-                match rx.recv_timeout(wait) {
-                    Ok(h) => held[h.1].push_back(h),
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    // The intake stopped: so does the relay.
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return Ok((forwarded, late)),
-                }
-            }
-        });
-        Ok(Self { addr, stop, intake, forward })
-    }
-
-    fn finish(self) -> std::io::Result<RelayStats> {
-        self.stop.store(true, Ordering::Release);
-        let dropped = self.intake.join().map_err(|_| io_error("relay intake panicked"))??;
-        let (forwarded, mut late) = self.forward.join().map_err(|_| io_error("relay forwarder panicked"))??;
-        late.sort();
-        let at = |q: f64| late.get(((late.len().max(1) - 1) as f64 * q) as usize).copied().unwrap_or_default();
-        Ok(RelayStats { forwarded, dropped, late_p99: at(0.99), late_max: at(1.0) })
-    }
-}
-
-/// The receiving end of a POROUS run, when it delivered the last packet.
-struct RecvEnd {
-    deferred: u64,
-    arrived: u64,
-    last: Instant,
-    cpu: Duration,
-    delivered: u64,
-    bytes: u64,
-    acks: u64,
-    syscalls: u64,
-}
-
-/// The sending end of a POROUS run.
-struct SendEnd {
-    start: Instant,
-    cpu: Duration,
-    outcome: Outcome,
-}
-
-/// Both ends' threads, joined, as one outcome.
-fn join(
-    sender: thread::JoinHandle<std::io::Result<SendEnd>>,
-    receiver: thread::JoinHandle<std::io::Result<RecvEnd>>,
-) -> std::io::Result<Outcome> {
-    let s = sender.join().map_err(|_| io_error("sender panicked"))??;
-    let r = receiver.join().map_err(|_| io_error("receiver panicked"))??;
-    let mut o = s.outcome;
-    o.wall = r.last - s.start;
-    o.send_cpu = s.cpu;
-    o.recv_cpu = r.cpu;
-    o.delivered = r.delivered;
-    o.bytes = r.bytes;
-    o.acks = r.acks;
-    o.arrived = r.arrived;
-    o.syscalls += r.syscalls;
-    o.deferred = r.deferred;
-    Ok(o)
 }
 
 /// Secure mode's backend key and Unix time (the bench's tokens need no real clock).
@@ -520,6 +216,7 @@ fn mio_run(
     size: usize,
     n: u64,
     path: Option<Path>,
+    trace: Option<Duration>,
 ) -> std::io::Result<Outcome> {
     let (addr_tx, addr_rx) = mpsc::channel();
     let start = Arc::new(Barrier::new(2));
@@ -530,7 +227,7 @@ fn mio_run(
     };
     let receiver_addr = addr_rx.recv().map_err(io_error)?;
     let relay = path.map(|p| Relay::start(receiver_addr, p)).transpose()?;
-    let remote = relay.as_ref().map_or(receiver_addr, |r| r.addr);
+    let remote = relay.as_ref().map_or(receiver_addr, Relay::addr);
     let sender = thread::spawn(move || -> std::io::Result<SendEnd> {
         let mut config = config;
         if secure {
@@ -560,7 +257,6 @@ fn mio_run(
         let cpu0 = thread_cpu();
         let t0 = Instant::now();
         let mut sent = 0u64;
-        let trace = path.and_then(|p| p.trace);
         let mut next_trace = t0;
         while !done.load(Ordering::Acquire) {
             while sent < n {
@@ -608,97 +304,6 @@ fn mio_run(
     let mut outcome = outcome?;
     outcome.relay = relay.unwrap_or_default();
     Ok(outcome)
-}
-
-/// A current-thread tokio runtime for one end of a `tokio` run.
-fn tokio_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build()
-}
-
-fn tokio_run(size: usize, n: u64) -> std::io::Result<Outcome> {
-    let (addr_tx, addr_rx) = mpsc::channel();
-    let start = Arc::new(Barrier::new(2));
-    let done = Arc::new(AtomicBool::new(false));
-    let receiver = {
-        let (start, done) = (start.clone(), done.clone());
-        thread::spawn(move || -> std::io::Result<RecvEnd> {
-            tokio_runtime()?.block_on(async move {
-                let host = porous_tokio::Host::bind(localhost(), HostConfig::default()).await.map_err(io_error)?;
-                addr_tx.send(host.local_addr()).map_err(io_error)?;
-                let peer = host.accept().await.map_err(io_error)?;
-                start.wait();
-                let cpu0 = thread_cpu();
-                let (acks0, s0) = (host.stats().datagrams_sent, host.socket_stats());
-                let received0 = host.stats().datagrams_received;
-                let (mut delivered, mut bytes) = (0u64, 0u64);
-                // One watchdog around the whole loop, as the mio receiver checks the time once
-                // per event rather than arming a timer per packet.
-                let receive = async {
-                    while delivered < n {
-                        let packet = peer.recv().await.map_err(io_error)?;
-                        delivered += 1;
-                        bytes += packet.data.len() as u64;
-                    }
-                    Ok::<(), std::io::Error>(())
-                };
-                tokio::time::timeout(WATCHDOG, receive)
-                    .await
-                    .map_err(|_| io_error("watchdog: the receiver gave up"))??;
-                let last = Instant::now();
-                let cpu = thread_cpu() - cpu0;
-                let s1 = host.socket_stats();
-                done.store(true, Ordering::Release);
-                // Acknowledge the tail so the sender sees everything acknowledged.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let acks = host.stats().datagrams_sent - acks0;
-                let syscalls = (s1.recv_calls - s0.recv_calls) + (s1.send_calls - s0.send_calls);
-                let deferred = peer.delivery_stats().datagrams_deferred;
-                let arrived = host.stats().datagrams_received - received0;
-                Ok(RecvEnd { deferred, arrived, last, cpu, delivered, bytes, acks, syscalls })
-            })
-        })
-    };
-    let sender = thread::spawn(move || -> std::io::Result<SendEnd> {
-        tokio_runtime()?.block_on(async move {
-            let remote = addr_rx.recv().map_err(io_error)?;
-            let host = porous_tokio::Host::bind(localhost(), HostConfig::default()).await.map_err(io_error)?;
-            let peer = host.connect(remote).await.map_err(io_error)?;
-            let packet = Bytes::from(vec![0x5A; size]);
-            let c0 = host.stats();
-            let p0 = peer.stats().map(|p| p.transfer.frames_resent).unwrap_or(0);
-            let s0 = host.socket_stats();
-            start.wait();
-            let cpu0 = thread_cpu();
-            let t0 = Instant::now();
-            let mut sent = 0u64;
-            while !done.load(Ordering::Acquire) {
-                while sent < n {
-                    match peer.send(0, packet.clone(), SendMode::Reliable) {
-                        Ok(()) => sent += 1,
-                        Err(SendError::QueueFull { .. }) => break,
-                        Err(e) => return Err(io_error(e)),
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                if t0.elapsed() > WATCHDOG {
-                    return Err(io_error("watchdog: the sender gave up"));
-                }
-            }
-            let cpu = thread_cpu() - cpu0;
-            let (c1, s1) = (host.stats(), host.socket_stats());
-            let p1 = peer.stats().map(|p| p.transfer.frames_resent).unwrap_or(0);
-            let outcome = Outcome {
-                datagrams: c1.datagrams_sent - c0.datagrams_sent,
-                wire_bytes: c1.bytes_sent - c0.bytes_sent,
-                would_block: s1.would_block - s0.would_block,
-                resent: p1 - p0,
-                syscalls: (s1.send_calls - s0.send_calls) + (s1.recv_calls - s0.recv_calls),
-                ..Outcome::default()
-            };
-            Ok(SendEnd { start: t0, cpu, outcome })
-        })
-    });
-    join(sender, receiver)
 }
 
 /// The game stream of the `realtime-*` scenarios (issue 17): ticks per second, and the
@@ -763,29 +368,6 @@ impl Stream {
     }
 }
 
-/// The `q` quantile of sorted values, nearest rank below (as the demo computes it).
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    match sorted.len() {
-        0 => f64::NAN,
-        n => sorted[((n - 1) as f64 * q) as usize],
-    }
-}
-
-/// A packet of the stream: its sequence number, when it was sent (ns after `epoch`),
-/// padding to `size`.
-fn stream_packet(seq: u64, sent: Duration, size: usize) -> Bytes {
-    let mut v = vec![0u8; size.max(16)];
-    v[..8].copy_from_slice(&seq.to_le_bytes());
-    v[8..16].copy_from_slice(&(sent.as_nanos() as u64).to_le_bytes());
-    Bytes::from(v)
-}
-
-/// When a stream packet was sent, ns after the epoch.
-fn stream_sent(data: &[u8]) -> Option<Duration> {
-    let ns = u64::from_le_bytes(data.get(8..16)?.try_into().ok()?);
-    Some(Duration::from_nanos(ns))
-}
-
 /// Runs one end of the game stream; if it fails, tells the other end to stop waiting for
 /// it (`done` for the sender, no more reliable packets to come for the receiver).
 fn abort_on_error<T>(
@@ -828,42 +410,47 @@ fn realtime_run(repair: bool, duration: Duration, path: Path) -> std::io::Result
                 start.wait();
                 let c0 = host.core().stats();
                 let deadline = Instant::now() + duration + WATCHDOG;
-                let (mut reliable, mut unreliable) = (Vec::new(), Vec::new());
+                // Channel 0's reliable packets and channel 1's unreliable ones, each checked
+                // as it arrives (intact, never duplicated or reordered) and timed.
+                let mut streams = [stream::Stream::new(SendMode::Reliable), stream::Stream::new(SendMode::Unreliable)];
                 let mut complete: Option<Instant> = None;
                 loop {
                     let event = host.service(Duration::from_millis(5))?;
                     let now = Instant::now();
                     match event {
                         Some(Event::Received { channel, data, .. }) => {
-                            let sent =
-                                stream_sent(&data).ok_or_else(|| io_error("a stream packet without its header"))?;
-                            let ms = now.saturating_duration_since(epoch + sent).as_secs_f64() * 1e3;
-                            if channel == 0 { reliable.push(ms) } else { unreliable.push(ms) }
+                            let s = streams.get_mut(channel).ok_or_else(|| io_error("a packet on another channel"))?;
+                            s.receive(&data, now.saturating_duration_since(epoch));
                         }
                         Some(Event::Disconnected { reason, .. }) => return Err(io_error(reason)),
                         _ => {}
                     }
-                    if complete.is_none() && reliable.len() as u64 >= reliable_total.load(Ordering::Acquire) {
+                    if complete.is_none() && streams[0].delivered >= reliable_total.load(Ordering::Acquire) {
                         complete = Some(now);
                     }
                     if complete.is_some_and(|t| now >= t + STREAM_LINGER) {
                         break;
                     }
                     if now > deadline {
-                        return Err(io_error(format!("watchdog: {} reliable packets delivered", reliable.len())));
+                        return Err(io_error(format!("watchdog: {} reliable packets delivered", streams[0].delivered)));
                     }
+                }
+                if let Some(s) = streams.iter().find(|s| !s.held()) {
+                    return Err(io_error(format!(
+                        "a guarantee broke on the {:?} stream: {} corrupted, {} duplicated or reordered",
+                        s.mode, s.corrupted, s.out_of_order
+                    )));
                 }
                 let c1 = host.core().stats();
                 done.store(true, Ordering::Release);
-                reliable.sort_by(f64::total_cmp);
-                unreliable.sort_by(f64::total_cmp);
+                let [reliable, unreliable] = streams.map(|s| s.sorted_latencies());
                 Ok((reliable, unreliable, c1.bytes_sent - c0.bytes_sent, c1.datagrams_sent - c0.datagrams_sent))
             })
         })
     };
     let receiver_addr = addr_rx.recv().map_err(io_error)?;
     let relay = Relay::start(receiver_addr, path)?;
-    let remote = relay.addr;
+    let remote = relay.addr();
     let sender = thread::spawn(move || {
         abort_on_error(&done, &reliable_total, || -> std::io::Result<Stream> {
             let mut host = Host::bind(localhost(), config)?;
@@ -881,10 +468,11 @@ fn realtime_run(repair: bool, duration: Duration, path: Path) -> std::io::Result
                     let _ = host.service(wait)?;
                 }
                 let sent = epoch.elapsed();
-                host.send(peer, 1, stream_packet(i, sent, STATE_SIZE), SendMode::Unreliable).map_err(io_error)?;
+                host.send(peer, 1, stream::packet(i, sent, STATE_SIZE), SendMode::Unreliable).map_err(io_error)?;
                 stream.unreliable_sent += 1;
                 if i % 2 == 0 {
-                    host.send(peer, 0, stream_packet(i / 2, sent, EVENT_SIZE), SendMode::Reliable).map_err(io_error)?;
+                    host.send(peer, 0, stream::packet(i / 2, sent, EVENT_SIZE), SendMode::Reliable)
+                        .map_err(io_error)?;
                     stream.reliable_sent += 1;
                 }
                 // The tick's packets leave now, not at the next wake-up.
@@ -937,7 +525,7 @@ fn realtime_raw_run(duration: Duration, path: Path) -> std::io::Result<Stream> {
             while !done.load(Ordering::Acquire) {
                 let Ok((n, _)) = rx.recv_from(&mut buf) else { continue };
                 let now = Instant::now();
-                let sent = stream_sent(&buf[..n]).ok_or_else(|| io_error("a stream packet without its header"))?;
+                let (_, sent) = unpack(&buf[..n]).ok_or_else(|| io_error("a stream packet, altered"))?;
                 let ms = now.saturating_duration_since(epoch + sent).as_secs_f64() * 1e3;
                 if n == EVENT_SIZE { reliable.push(ms) } else { unreliable.push(ms) }
             }
@@ -954,8 +542,8 @@ fn realtime_raw_run(duration: Duration, path: Path) -> std::io::Result<Stream> {
         let sent = epoch.elapsed();
         for (seq, size) in [(Some(i), STATE_SIZE), ((i % 2 == 0).then_some(i / 2), EVENT_SIZE)] {
             let Some(seq) = seq else { continue };
-            let datagram = stream_packet(seq, sent, size);
-            tx.send_to(&datagram, relay.addr)?;
+            let datagram = stream::packet(seq, sent, size);
+            tx.send_to(&datagram, relay.addr())?;
             stream.wire_bytes += datagram.len() as u64;
             stream.datagrams += 1;
             if size == EVENT_SIZE { stream.reliable_sent += 1 } else { stream.unreliable_sent += 1 }
@@ -975,130 +563,6 @@ fn realtime_raw_run(duration: Duration, path: Path) -> std::io::Result<Stream> {
     Ok(stream)
 }
 
-/// The raw baselines: `count` datagrams of `size` bytes, blasted.
-fn raw_run(batched: bool, size: usize, count: u64) -> std::io::Result<Outcome> {
-    let (rx, _) = raw_socket()?;
-    let (tx, _) = raw_socket()?;
-    let to = rx.local_addr()?;
-    let start = Arc::new(Barrier::new(2));
-    let done = Arc::new(AtomicBool::new(false));
-    let receiver = {
-        let (start, done) = (start.clone(), done.clone());
-        thread::spawn(move || -> std::io::Result<(Option<Instant>, Duration, u64, u64, u64)> {
-            let mut counts = (0u64, 0u64, 0u64);
-            let mut last = None;
-            if batched {
-                let mut io = UdpIo::new(&rx, Batching::FULL)?;
-                let mut rx = mio::net::UdpSocket::from_std(rx);
-                let mut poll = mio::Poll::new()?;
-                let mut events = mio::Events::with_capacity(8);
-                poll.registry().register(&mut rx, mio::Token(0), mio::Interest::READABLE)?;
-                start.wait();
-                let cpu0 = thread_cpu();
-                while counts.0 < count {
-                    match io.recv(rx.as_socket_ref()) {
-                        Ok(_) => {
-                            for (_, d) in io.received() {
-                                counts.0 += 1;
-                                counts.1 += d.len() as u64;
-                            }
-                            counts.2 += 1;
-                            last = Some(Instant::now());
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            poll.poll(&mut events, Some(Duration::from_millis(50)))?;
-                            // A quiet socket after the sender finished: the rest was lost.
-                            if events.is_empty() && done.load(Ordering::Acquire) {
-                                break;
-                            }
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok((last, thread_cpu() - cpu0, counts.0, counts.1, counts.2))
-            } else {
-                rx.set_read_timeout(Some(Duration::from_millis(50)))?;
-                let mut buf = vec![0u8; 65_536];
-                start.wait();
-                let cpu0 = thread_cpu();
-                while counts.0 < count {
-                    match rx.recv_from(&mut buf) {
-                        Ok((len, _)) => {
-                            counts.0 += 1;
-                            counts.1 += len as u64;
-                            counts.2 += 1;
-                            last = Some(Instant::now());
-                        }
-                        // A timeout after the sender finished: the rest was lost.
-                        Err(_) if done.load(Ordering::Acquire) => break,
-                        Err(_) => {}
-                    }
-                }
-                Ok((last, thread_cpu() - cpu0, counts.0, counts.1, counts.2))
-            }
-        })
-    };
-    let datagram = Bytes::from(vec![0x5A; size]);
-    start.wait();
-    let cpu0 = thread_cpu();
-    let t0 = Instant::now();
-    let mut send_calls = 0;
-    if batched {
-        let mut io = UdpIo::new(&tx, Batching::FULL)?;
-        for _ in 0..count {
-            io.push(porous_mio::Transmit::new(to, datagram.clone()));
-            if io.pending() >= 64 {
-                while io.send(tx.as_socket_ref()).is_err() {
-                    thread::yield_now();
-                }
-            }
-        }
-        while io.send(tx.as_socket_ref()).is_err() {
-            thread::yield_now();
-        }
-        send_calls = io.stats().send_calls;
-    } else {
-        for _ in 0..count {
-            if tx.send_to(&datagram, to).is_ok() {
-                send_calls += 1;
-            }
-        }
-    }
-    let send_cpu = thread_cpu() - cpu0;
-    done.store(true, Ordering::Release);
-    let (last, recv_cpu, arrived, bytes, recv_calls) = receiver.join().map_err(|_| io_error("receiver panicked"))??;
-    Ok(Outcome {
-        wall: last.map_or(t0.elapsed(), |l| l - t0),
-        send_cpu,
-        recv_cpu,
-        delivered: arrived,
-        bytes,
-        datagrams: count,
-        wire_bytes: count * size as u64,
-        syscalls: send_calls + recv_calls,
-        ..Outcome::default()
-    })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// "median (min-max)" with `digits` decimals.
-fn spread(v: &[f64], digits: usize) -> String {
-    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-    format!("{:.digits$} ({lo:.digits$}-{hi:.digits$})", median(v.to_vec()))
-}
-
-fn mbps(bytes_per_s: f64) -> String {
-    format!("{:.1} MB/s", bytes_per_s / 1e6)
-}
-
 struct Options {
     small: u64,
     large: u64,
@@ -1110,13 +574,16 @@ struct Options {
     realtime: Duration,
     /// The relay of the lossy scenarios; its seed is the first run's.
     path: Path,
+    /// Print the sender's view of the path every this often during a `lossy-*` run, to
+    /// see how its controller got where it ended (`--trace MS`).
+    trace: Option<Duration>,
 }
 
 fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
     // Issue 16's and 17's path: 5% loss each way, 25 ms one-way.
-    let path = Path { loss: 0.05, delay: Duration::from_millis(25), jitter: Duration::ZERO, seed: 1, trace: None };
+    let path = Path { loss: 0.05, delay: Duration::from_millis(25), jitter: Duration::ZERO, seed: 1 };
     let all = Scenario::all().collect();
     let mut o = if full {
         Options {
@@ -1127,6 +594,7 @@ fn options() -> Options {
             lossy: 2_000,
             realtime: Duration::from_secs(20),
             path,
+            trace: None,
         }
     } else {
         // The smoke run: every scenario once, briefly.
@@ -1138,6 +606,7 @@ fn options() -> Options {
             lossy: 100,
             realtime: Duration::from_millis(500),
             path,
+            trace: None,
         }
     };
     let mut it = args.iter().skip(1);
@@ -1154,7 +623,7 @@ fn options() -> Options {
             "--delay" => o.path.delay = ms(value(), o.path.delay),
             "--jitter" => o.path.jitter = ms(value(), o.path.jitter),
             "--seed" => o.path.seed = value().parse().unwrap_or(o.path.seed),
-            "--trace" => o.path.trace = value().parse::<f64>().ok().map(|ms| Duration::from_secs_f64(ms / 1e3)),
+            "--trace" => o.trace = value().parse::<f64>().ok().map(|ms| Duration::from_secs_f64(ms / 1e3)),
             "--only" => {
                 let names = value();
                 o.scenarios = Scenario::all().filter(|s| names.split(',').any(|n| n == s.name())).collect();
@@ -1168,14 +637,6 @@ fn options() -> Options {
 /// The scenarios of `set` that were asked for, in `set`'s order, each with its runs.
 fn selected<T>(o: &Options, set: &[Scenario]) -> Vec<(Scenario, Vec<T>)> {
     set.iter().filter(|s| o.scenarios.contains(s)).map(|&s| (s, Vec::new())).collect()
-}
-
-/// The order of one round: rotated every run, so that each scenario runs first as often
-/// as the others and a slow moment of the machine favours none (A B, B A, A B, ...).
-fn round_order(run: usize, len: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..len).collect();
-    order.rotate_left(run % len.max(1));
-    order
 }
 
 /// The relay's path for one run: a seed of its own, shared by the scenarios of the round.
@@ -1317,7 +778,7 @@ fn print_run(scenario: Scenario, run: usize, o: &Outcome) {
 fn main() -> std::io::Result<()> {
     let o = options();
     let names: Vec<&str> = o.scenarios.iter().map(|s| s.name()).collect();
-    println!("loopback, POROUS adapters (default config) vs raw UDP, {} runs each", o.runs);
+    println!("loopback, porous-mio (default config) vs raw UDP, {} runs each", o.runs);
     println!("scenarios, interleaved: {}", names.join(", "));
     println!("machine: {} cpus, {}", thread::available_parallelism().map_or(0, usize::from), cpu_model());
     println!(
@@ -1365,10 +826,9 @@ fn clean_runs(o: &Options) -> std::io::Result<Vec<CleanTable>> {
                     Scenario::Mio(batching, congestion) => {
                         let mut config = HostConfig::default();
                         config.peer.congestion = congestion;
-                        mio_run((batching, config), false, size, n, None)?
+                        mio_run((batching, config), false, size, n, None, None)?
                     }
-                    Scenario::MioSecure => mio_run((Batching::FULL, HostConfig::default()), true, size, n, None)?,
-                    Scenario::Tokio => tokio_run(size, n)?,
+                    Scenario::MioSecure => mio_run((Batching::FULL, HostConfig::default()), true, size, n, None, None)?,
                     Scenario::Raw | Scenario::RawBatched => {
                         let (dsize, count, _) = shape.unwrap_or((size + 10, n, 1.0));
                         raw_run(scenario == Scenario::RawBatched, dsize, count)?
@@ -1480,7 +940,7 @@ fn lossy_runs(o: &Options) -> std::io::Result<Vec<(Scenario, Vec<Outcome>)>> {
             let mut config = HostConfig::default();
             config.peer.congestion = congestion;
             let drops0 = kernel_drops();
-            let mut outcome = mio_run((Batching::FULL, config), false, 1000, o.lossy, Some(path))?;
+            let mut outcome = mio_run((Batching::FULL, config), false, 1000, o.lossy, Some(path), o.trace)?;
             outcome.kernel_drops = kernel_drops() - drops0;
             print_lossy(scenario, run, path.seed, &outcome);
             results[i].1.push(outcome);
@@ -1618,13 +1078,4 @@ fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
             spread(&above(|s| &s.unreliable), 1)
         );
     }
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| String::from("unknown cpu"))
 }
