@@ -53,6 +53,8 @@ pub struct Stream {
     pub seen: Vec<bool>,
     /// Each delivery's latency from `send` to delivery, ms, in delivery order.
     pub latencies: Vec<f64>,
+    /// When each delivered packet was sent, s from the run's epoch, beside `latencies`.
+    pub sent_at: Vec<f64>,
 }
 
 impl Stream {
@@ -68,6 +70,7 @@ impl Stream {
             last: None,
             seen: Vec::new(),
             latencies: Vec::new(),
+            sent_at: Vec::new(),
         }
     }
 
@@ -97,6 +100,13 @@ impl Stream {
             *s = true;
         }
         self.latencies.push((now.saturating_sub(sent)).as_secs_f64() * 1000.0);
+        self.sent_at.push(sent.as_secs_f64());
+    }
+
+    /// Each delivery: when the packet was sent (s from the run's epoch) and its latency
+    /// (ms), in delivery order.
+    pub fn points(&self) -> Vec<(f64, f64)> {
+        self.sent_at.iter().copied().zip(self.latencies.iter().copied()).collect()
     }
 
     /// Packets never delivered.

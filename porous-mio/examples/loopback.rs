@@ -16,8 +16,12 @@
 //! ```text
 //! cargo run --release -p porous-mio --example loopback -- [--loss 0.02] [--delay 15]
 //!     [--jitter 5] [--duration 10] [--min-size 16] [--max-size 400] [--bulk 8000]
-//!     [--rate 60] [--mix rup]
+//!     [--rate 60] [--mix rup] [--plot FILE]
 //! ```
+//!
+//! `--plot FILE` draws the run as SVG: every packet's latency by when it was sent, per
+//! channel and direction, and each side's congestion window, bytes in flight, round trip
+//! and pacing rate every 100 ms (`porous_loopback::plot`).
 //!
 //! Exit status: 0 when every guarantee held; 1 when one was broken (a reliable packet
 //! skipped, any packet duplicated, reordered or corrupted); 2 for a usage error; 3 when the
@@ -32,6 +36,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
+use porous_loopback::plot::Plot;
 use porous_loopback::relay::{Path, Relay, TO_CLIENT, TO_SERVER};
 use porous_loopback::rng::Rng;
 use porous_loopback::verdict::{FINISH_WITHIN, Report, SideCounts, Verdict, classify, losses, table};
@@ -44,7 +49,7 @@ const CLIENT: Token = Token(1);
 
 const USAGE: &str = "\
 usage: loopback [--loss P] [--delay MS] [--jitter MS] [--duration S] [--min-size B]
-                [--max-size B] [--bulk B] [--rate N] [--mix MMM] [--help]
+                [--max-size B] [--bulk B] [--rate N] [--mix MMM] [--plot FILE] [--help]
 
 A POROUS server and client on 127.0.0.1 stream reliable, unreliable and passive packets
 on four channels, both ways, through a relay that loses, delays and jitters datagrams.
@@ -58,6 +63,8 @@ on four channels, both ways, through a relay that loses, delays and jitters data
   --bulk B        size of the reliable packets channel 3 sends 3 times a second (8000)
   --rate N        packets per second on each of channels 0-2, 1 to 10000 (60)
   --mix MMM       modes of channels 0, 1, 2: r reliable, u unreliable, p passive (rup)
+  --plot FILE     draw the run into FILE as SVG: each packet's latency, and each side's
+                  congestion window, bytes in flight, round trip and pacing rate
   --help          this text
 
 Exit status: 0 every guarantee held, 1 a guarantee was broken, 2 usage error,
@@ -75,6 +82,8 @@ struct Options {
     bulk: usize,
     rate: u32,
     mix: [SendMode; 3],
+    /// Where to draw the run's time series, if anywhere.
+    plot: Option<String>,
     /// Not a flag: tests shorten it.
     connect_timeout: Duration,
 }
@@ -91,6 +100,7 @@ impl Default for Options {
             bulk: 8000,
             rate: 60,
             mix: [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive],
+            plot: None,
             connect_timeout: HostConfig::default().peer.connect_timeout,
         }
     }
@@ -111,8 +121,18 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
         if flag == "--help" || flag == "-h" {
             return Ok(Command::Help);
         }
-        let known =
-            ["--loss", "--delay", "--jitter", "--duration", "--min-size", "--max-size", "--bulk", "--rate", "--mix"];
+        let known = [
+            "--loss",
+            "--delay",
+            "--jitter",
+            "--duration",
+            "--min-size",
+            "--max-size",
+            "--bulk",
+            "--rate",
+            "--mix",
+            "--plot",
+        ];
         if !known.contains(&flag.as_str()) {
             return Err(format!("unknown flag {flag}"));
         }
@@ -134,6 +154,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             "--max-size" => o.max_size = number(1.0, 1e6)? as usize,
             "--bulk" => o.bulk = number(20.0, 1e7)? as usize,
             "--rate" => o.rate = number(1.0, 10_000.0)? as u32,
+            "--plot" => o.plot = Some(value),
             _ => {
                 let modes: Vec<SendMode> = value
                     .chars()
@@ -213,6 +234,7 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
     let mut disconnecting = false;
     // Each direction's sender's connection as last seen: the client's, then the server's.
     let mut last_seen: [Option<PeerStats>; 2] = [None, None];
+    let mut plot = o.plot.as_ref().map(|_| Plot::default());
     loop {
         let now = Instant::now();
         if traffic_end.is_some_and(|end| now >= end + FINISH_WITHIN) {
@@ -297,6 +319,9 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
                 *seen = now_seen;
             }
         }
+        if let Some(plot) = plot.as_mut() {
+            plot.sample(t, &last_seen);
+        }
         if live && now >= next_print {
             next_print = now + Duration::from_millis(if terminal { 250 } else { 2000 });
             let s = last_seen[TO_SERVER];
@@ -344,6 +369,18 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
         r.dropped[0] + r.dropped[1],
         wire as f64 / delivered.max(1) as f64,
     ));
+    if let (Some(path), Some(plot)) = (&o.plot, &plot) {
+        let title = format!(
+            "POROUS loopback: {:.0}% loss, {} ms + up to {} ms each way, {:.0} s of traffic",
+            o.loss * 100.0,
+            o.delay.as_millis(),
+            o.jitter.as_millis(),
+            o.duration.as_secs_f64()
+        );
+        let svg = plot.svg(&title, &report.streams).map_err(|e| std::io::Error::other(e.to_string()))?;
+        std::fs::write(path, svg)?;
+        report.notes.push(format!("plot: wrote {path}"));
+    }
     let ended: Vec<String> = report.ended.iter().map(|(side, reason)| format!("{side}: {reason}")).collect();
     report.notes.push(format!("ended: {}", if ended.is_empty() { String::from("-") } else { ended.join("; ") }));
     Ok(report)
@@ -444,6 +481,25 @@ mod tests {
         let report = run(&o, false).unwrap();
         assert_eq!(classify(&report), Verdict::Held, "{}", table(&report));
         assert!(report.streams.iter().flatten().all(|s| s.delivered > 0), "{}", table(&report));
+    }
+
+    #[test]
+    fn plot_draws_the_run_into_an_svg_file() {
+        let path = std::env::temp_dir().join(format!("porous-loopback-plot-{}.svg", std::process::id()));
+        let o = options(&format!("--duration 1 --delay 5 --jitter 2 --plot {}", path.display()));
+        assert_eq!(o.plot.as_deref(), path.to_str());
+        let report = run(&o, false).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        for title in ["delivered client to server", "delivered server to client", "Congestion window", "Pacing rate"] {
+            assert!(svg.contains(title), "no panel {title}");
+        }
+        // A dot for every packet delivered, and a line for each side's measures.
+        let delivered: u64 = report.streams.iter().flatten().map(|s| s.delivered).sum();
+        assert_eq!(svg.matches("<circle").count() as u64, delivered);
+        assert!(svg.matches("<polyline").count() >= 8);
+        assert!(report.notes.iter().any(|n| n.starts_with("plot: wrote")));
     }
 
     /// Through a lossy relay, every frame is accounted for: each one a side sent passed the

@@ -1,6 +1,6 @@
 //! Time series drawn as SVG with plotters (SVG backend only: text is SVG text, so no font
 //! file or system library is needed). Used by the netsim bench's figures (`plots.rs`,
-//! `docs/plots/`) and the loopback demo's `--plot FILE` (porous-mio/examples), which
+//! `docs/plots/`) and the loopback demo's `--plot FILE` (porous-loopback's `plot`), which
 //! include this file.
 
 use std::error::Error;
