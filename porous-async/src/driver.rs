@@ -23,6 +23,7 @@ use crate::handle::{Command, HostShared, Opening, PeerParts, PeerShared, disconn
 use crate::mailbox::Mailbox;
 use crate::requests::{RequestParts, Requests};
 use crate::runtime::{AsyncTimer, AsyncUdpSocket, Interest};
+use crate::transport::{Arrival, PeerChange, Transports};
 use crate::{AdmissionError, DisconnectReason, Error, Packet, PeerId, SendMode};
 
 /// Rounds of receive, step and send per poll of the driver before it yields to the
@@ -117,6 +118,8 @@ struct Routes {
     held_since: Option<Instant>,
     /// Where the established connections are listed and their events published.
     shared: Arc<HostShared>,
+    /// The transports beside the socket; they hear of their remotes' connections.
+    transports: Transports,
 }
 
 /// The driver's end of one connection's delivery queue.
@@ -156,6 +159,7 @@ impl Driver {
             held: Vec::new(),
             held_since: None,
             shared: Arc::clone(&shared),
+            transports: Transports::default(),
         };
         Self {
             socket,
@@ -219,7 +223,10 @@ impl Driver {
                     Poll::Ready(Ok(())) => {
                         backoff.ok();
                         for (from, datagram) in io.received() {
-                            if !(defer && routes.defers(&core, from)) {
+                            if !routes.transports.is_empty() && routes.transports.owns(from) {
+                                // A transport's address on the socket: only a spoofer sends it.
+                                routes.transports.stats.spoofed += 1;
+                            } else if !(defer && routes.defers(&core, from)) {
                                 core.handle_datagram(now, from, datagram);
                             }
                         }
@@ -248,6 +255,10 @@ impl Driver {
             }
         }
 
+        if closing.is_none() && !routes.transports.is_empty() && routes.poll_transports(cx, &mut core, now, defer) {
+            again = true;
+        }
+
         routes.refuse_unaccepted(&mut core);
         core.step(now);
         while let Some(event) = core.poll_event() {
@@ -255,7 +266,11 @@ impl Driver {
         }
         routes.flush_held();
         while let Some(transmit) = core.poll_transmit() {
-            io.push(transmit);
+            if !routes.transports.is_empty() && routes.transports.owns(transmit.remote) {
+                routes.transports.send(transmit.remote, transmit.payload);
+            } else {
+                io.push(transmit);
+            }
         }
         let deadline = core.poll_timeout();
         drop(core);
@@ -266,6 +281,9 @@ impl Driver {
             let _ = socket.poll_io(cx, Interest::Writable, &mut |s| io.send(s));
         }
         *shared.socket.lock().unwrap_or_else(PoisonError::into_inner) = io.stats();
+        if !routes.transports.is_empty() {
+            *shared.transports.lock().unwrap_or_else(PoisonError::into_inner) = routes.transports.stats;
+        }
 
         if let Some(until) = *closing
             && (io.pending() == 0 || now >= until)
@@ -336,6 +354,7 @@ impl Routes {
                 }
             },
             Command::Batching(batching) => io.set_batching(batching),
+            Command::Attach(transport) => self.transports.attach(transport),
             #[cfg(feature = "fault-injection")]
             Command::Faults(faults) => io.inject(faults),
         }
@@ -355,6 +374,7 @@ impl Routes {
                 }
             }
             Event::Connected { peer, remote, data, client_id, .. } => {
+                self.transports.connected(peer, remote);
                 let info = PeerInfo { id: peer, remote, data: data.clone(), client_id };
                 let (inbox, parts) = Inbox::new(peer, remote, data, client_id);
                 let handed_over = match self.connecting.remove(&peer) {
@@ -382,6 +402,7 @@ impl Routes {
                 }
             }
             Event::Disconnected { peer, reason, .. } => {
+                self.transports.ended(peer);
                 // A request that timed out undecided leaves the queue.
                 self.requests.remove(peer);
                 self.shared.connections.disconnected(peer, reason);
@@ -400,6 +421,48 @@ impl Routes {
             }
             _ => {}
         }
+    }
+
+    /// Hands the core what the transports report: a path opening (its datagram size), its
+    /// datagrams (those of a remote whose reader is behind dropped, as the socket's are
+    /// left unread: `defer`), its closing; then routes the core's events. True if a
+    /// transport may have more.
+    fn poll_transports(
+        &mut self,
+        cx: &mut Context<'_>,
+        core: &mut porous_proto::Host,
+        now: Instant,
+        defer: bool,
+    ) -> bool {
+        let mut transports = std::mem::take(&mut self.transports);
+        let mut refused = Vec::new();
+        let more = transports.poll(cx, &mut |stats, arrival| match arrival {
+            Arrival::Opened { remote, mtu } => {
+                if core.set_path_mtu(remote, mtu).is_err() {
+                    // Too small for the protocol: the transport closes it.
+                    stats.refused += 1;
+                    refused.push(remote);
+                }
+            }
+            Arrival::Datagram { from, data } => {
+                if defer && self.defers(core, from) {
+                    stats.deferred += 1;
+                } else {
+                    stats.datagrams_received += 1;
+                    core.handle_datagram(now, from, data);
+                }
+            }
+            Arrival::Closed { remote } => core.close_path(now, remote),
+        });
+        for remote in refused {
+            transports.peer(remote, PeerChange::Ended);
+        }
+        self.transports = transports;
+        while let Some(event) = core.poll_event() {
+            self.dispatch(core, event);
+        }
+        self.flush_held();
+        more
     }
 
     /// Moves held packets into mailboxes that have room, drops unreliable ones that find

@@ -39,6 +39,8 @@ pub(crate) enum Command {
     Accept(PeerId, Sender<Result<PeerParts, Error>>),
     /// Use this batching from now on.
     Batching(Batching),
+    /// Take datagrams from this transport too.
+    Attach(Box<dyn crate::transport::Transport>),
     /// Inject these faults from now on.
     #[cfg(feature = "fault-injection")]
     Faults(Faults),
@@ -101,6 +103,8 @@ impl Link {
 pub(crate) struct HostShared {
     /// The socket's counters, as of the driver's last round.
     pub(crate) socket: Mutex<SocketStats>,
+    /// The counters of the transports beside the socket, as of the driver's last round.
+    pub(crate) transports: Mutex<crate::transport::TransportStats>,
     /// Set by the handle that sends the driver a wake-up, cleared by the driver when a
     /// round starts: handles skip the channel while a wake-up is pending.
     pub(crate) wake_pending: AtomicBool,
@@ -113,6 +117,7 @@ impl HostShared {
     fn new(max_peers: usize) -> Self {
         Self {
             socket: Mutex::default(),
+            transports: Mutex::default(),
             wake_pending: AtomicBool::new(false),
             connections: Connections::new(max_peers),
         }
@@ -447,6 +452,21 @@ impl Host {
     /// The socket's counters, as of the driver's last round.
     pub fn socket_stats(&self) -> SocketStats {
         *self.shared.socket.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Attaches a transport beside the UDP socket (a WebTransport server:
+    /// `porous-webtransport`): from the driver's next round on, its remotes' datagrams go
+    /// to the same core and its remotes' connections are this host's peers like any other.
+    /// See [`transport`](crate::transport) for what the driver does with it. The transport
+    /// is dropped when the driver stops; attaching fails with [`Error::Stopped`] (and
+    /// drops it) if the driver has stopped already.
+    pub async fn attach(&self, transport: Box<dyn crate::transport::Transport>) -> Result<(), Error> {
+        self.link.commands.send(Command::Attach(transport)).await.map_err(|_| Error::Stopped)
+    }
+
+    /// The counters of the attached transports, as of the driver's last round.
+    pub fn transport_stats(&self) -> crate::transport::TransportStats {
+        *self.shared.transports.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Changes the socket's batching from the driver's next round on: [`Batching::NONE`]

@@ -221,6 +221,7 @@ mod handle;
 mod mailbox;
 mod requests;
 pub mod runtime;
+pub mod transport;
 
 use std::fmt;
 use std::io;
