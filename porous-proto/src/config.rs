@@ -162,6 +162,16 @@ pub struct PeerConfig {
     /// connection uses the smaller of both sides'. Bytes; default: 1200, safe on the
     /// internet.
     pub mtu: usize,
+    /// Path MTU discovery: the largest datagram (UDP payload) a connection may grow to
+    /// above the negotiated `mtu`, at most 65,507 bytes; at or below `mtu`, discovery is
+    /// off. Each side probes the path towards the other with padded datagrams, uses the
+    /// largest size that passes, falls back to the negotiated size when the path stops
+    /// carrying it (a black hole) and searches again. A side answers probes up to its own
+    /// `max_mtu` only, so both sides set it for either to grow, and a path whose size an
+    /// adapter fixed ([`Host::set_path_mtu`](crate::Host::set_path_mtu)) is never probed
+    /// above it. 1,452 fits an Ethernet path under IPv6 (1,472 under IPv4). Fragments keep
+    /// the negotiated size. Bytes; default: 0 (off; `docs/protocol.md` says why).
+    pub max_mtu: usize,
     /// Largest packet this side accepts; also the largest it sends (a connection uses the
     /// smaller of both sides' limits for each direction). Bytes; default: 1 MiB
     /// (1,048,576).
@@ -203,6 +213,7 @@ impl Default for PeerConfig {
             app_version: 0,
             channels: vec![ChannelConfig::default(); 4],
             mtu: 1200,
+            max_mtu: 0,
             max_packet_size: 1 << 20,
             max_reassembly_bytes: 4 << 20,
             incoming_bandwidth: 0,

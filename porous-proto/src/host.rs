@@ -866,7 +866,10 @@ impl Host {
     /// A new peer's start at `remote`: the id the next inserted peer gets, this host's
     /// settings, its request `local` and its session's secret `seed`.
     fn start(&self, remote: SocketAddr, local: wire::ConnectRequest, seed: u64) -> peer::Start {
-        peer::Start { id: self.next_id(), remote, settings: Arc::clone(&self.settings), local, seed }
+        // Discovery never probes a path beyond what its adapter said it carries.
+        let max = self.config.peer.max_mtu;
+        let mtu_ceiling = self.path_mtu.get(&remote).map_or(max, |&m| m.min(max));
+        peer::Start { id: self.next_id(), remote, settings: Arc::clone(&self.settings), local, seed, mtu_ceiling }
     }
 
     /// Runs every timer due at `now` and assembles the datagrams that can go out: one

@@ -54,6 +54,9 @@ impl PeerConfig {
         if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
             return Err(ConfigError::Mtu(self.mtu));
         }
+        if self.max_mtu > MAX_MTU {
+            return Err(ConfigError::Mtu(self.max_mtu));
+        }
         let max = wire::fragment_payload(self.mtu) * wire::MAX_FRAGMENTS as usize;
         let max = max.min(u32::MAX as usize);
         if self.max_packet_size == 0 || self.max_packet_size > max {
@@ -137,8 +140,10 @@ impl MemoryBound {
     fn of(cfg: &PeerConfig) -> Self {
         let channels = cfg.channels.len();
         let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
-        let packet = cfg.max_packet_size + cfg.mtu + ENTRY_OVERHEAD;
-        let reassembly = cfg.max_reassembly_bytes + channels * (3 * packet + cfg.mtu);
+        // Datagrams as large as discovery may make them.
+        let mtu = cfg.mtu.max(cfg.max_mtu);
+        let packet = cfg.max_packet_size + mtu + ENTRY_OVERHEAD;
+        let reassembly = cfg.max_reassembly_bytes + channels * (3 * packet + mtu);
         // Entries holding data are charged their slots (twice over) within `reassembly`;
         // sentinel-only entries are not (at most N_Q / M per channel), nor the markers of
         // displaced passive packets (at most MAX_DISPLACED).

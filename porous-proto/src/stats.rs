@@ -56,6 +56,18 @@ pub struct TransferStats {
     pub frames_skipped: u64,
     /// Acknowledgements of skipped ids: the peer acknowledged what it never received.
     pub dishonest_acks: u64,
+    /// Path MTU probes sent: padded datagrams that carry only a ping (see
+    /// [`PeerConfig::max_mtu`](crate::PeerConfig::max_mtu)).
+    pub mtu_probes: u64,
+    /// Of those, probes no echo answered in time (the path, or the peer, does not take
+    /// their size). Never counted as frames lost.
+    pub mtu_probes_lost: u64,
+    /// Probes from the peer larger than this side takes, left unanswered.
+    pub mtu_probes_refused: u64,
+    /// Black holes: the path stopped carrying the size discovery had confirmed (frames
+    /// above the negotiated size lost in a row), so the size fell back to the negotiated
+    /// one and a new search began.
+    pub black_holes: u64,
 }
 
 /// What a congestion controller is doing.
@@ -152,7 +164,9 @@ pub struct PeerStats {
     /// Frames sent and not yet acknowledged (or given up, see
     /// [`TransferStats::frames_unacknowledged`]).
     pub frames_in_flight: usize,
-    /// Negotiated datagram size.
+    /// The datagram size this side sends now: the negotiated one, raised by path MTU
+    /// discovery ([`PeerConfig::max_mtu`](crate::PeerConfig::max_mtu)) as far as the path
+    /// carries.
     pub mtu: usize,
     /// Transfer layer counters: frames, datagrams and bytes each way, losses, resends.
     pub transfer: TransferStats,

@@ -77,6 +77,7 @@ LAYOUT.connection = {
   { "ping ack", "u8" },
   { "ack section", "ack" },
   { "messages", "messages" },
+  { "padding", "zeros" },
   { "check", "u32" },
 }
 
@@ -212,6 +213,8 @@ local f = {
   t_a = ProtoField.bool("porous.type.acks", "A: acknowledgements", 8, nil, 0x08),
   t_p = ProtoField.bool("porous.type.ping", "P: ping", 8, nil, 0x04),
   t_q = ProtoField.bool("porous.type.ping_ack", "Q: ping acknowledgement", 8, nil, 0x02),
+  t_z = ProtoField.bool("porous.type.padded", "Z: padding follows (a path MTU probe)", 8, nil, 0x01),
+  probe_padding = ProtoField.bytes("porous.padding", "Padding"),
   secure = ProtoField.bool("porous.secure", "Secure mode (sealed)"),
   guessed = ProtoField.bool("porous.secure.assumed", "Secure mode assumed: no handshake in the capture, and not plain"),
   -- connection datagrams
@@ -734,6 +737,7 @@ local function type_flags(tree, range)
   t:add(f.t_a, range)
   t:add(f.t_p, range)
   t:add(f.t_q, range)
+  t:add(f.t_z, range)
   return t
 end
 
@@ -843,6 +847,12 @@ local function data_plain(tvb, pinfo, tree, c, from, to, ty, stored)
     if nmsgs == 0 then info[#info + 1] = "sentinel frame" end
     for _, m in ipairs(summary) do info[#info + 1] = m end
     s.summary = summary
+  elseif bit.band(ty, 0x01) ~= 0 then
+    if r:left() == 0 then bad("datagram ends inside the padding") end
+    local pad = r:take(r:left(), "padding")
+    tree:add(f.probe_padding, pad)
+    if pad:raw():find("[^%z]") then bad("non-zero padding") end
+    info[#info + 1] = "path MTU probe, " .. n .. " bytes"
   elseif r:left() > 0 then
     bad("trailing bytes")
   end
@@ -995,8 +1005,8 @@ function porous.dissector(tvb, pinfo, tree)
       return info
     end
     local t = type_flags(root, tvb:range(0, 1))
-    if ty == 0 then bad("a connection datagram carrying nothing") end
-    if bit.band(ty, 0x01) ~= 0 or (bit.band(ty, 0x40) == 0 and bit.band(ty, 0x30) ~= 0) then
+    if ty == 0 or ty == 0x01 then bad("a connection datagram carrying nothing") end
+    if (bit.band(ty, 0x01) ~= 0 and bit.band(ty, 0x40) ~= 0) or (bit.band(ty, 0x40) == 0 and bit.band(ty, 0x30) ~= 0) then
       bad("reserved bits set in the type byte")
     end
     if c.secure or guessed then return sealed_datagram(tvb, pinfo, root, c, from, ty) end

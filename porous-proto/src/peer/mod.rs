@@ -97,6 +97,9 @@ pub(crate) struct Start {
     pub(crate) settings: Arc<Settings>,
     pub(crate) local: ConnectRequest,
     pub(crate) seed: u64,
+    /// The largest datagram path MTU discovery may reach towards this remote: the
+    /// configured `max_mtu`, less on a path whose size the adapter fixed.
+    pub(crate) mtu_ceiling: usize,
 }
 
 /// A connection request the listener took: what an incoming peer is made from.
@@ -174,6 +177,8 @@ struct Handshake {
     /// a clean round-trip sample (Karn: never one to a retried one).
     sent: Option<(Time, u32)>,
     side: Side,
+    /// See [`Start::mtu_ceiling`].
+    mtu_ceiling: usize,
 }
 
 impl Handshake {
@@ -211,7 +216,8 @@ impl Handshake {
     fn into_connection(self: Box<Self>) -> Result<Made, Box<Self>> {
         match self.side {
             Side::Outgoing { remote: Awaited::Known(remote), .. } | Side::Incoming { remote, .. } => {
-                Ok(Made { remote, local: self.local, seed: self.skip_seed, sent: self.sent })
+                let mtu_ceiling = self.mtu_ceiling;
+                Ok(Made { remote, local: self.local, seed: self.skip_seed, sent: self.sent, mtu_ceiling })
             }
             Side::Outgoing { remote: Awaited::Unknown { .. }, .. } => Err(self),
         }
@@ -234,6 +240,7 @@ struct Made {
     local: ConnectRequest,
     seed: u64,
     sent: Option<(Time, u32)>,
+    mtu_ceiling: usize,
 }
 
 /// What a graceful disconnection is doing.
@@ -355,7 +362,7 @@ fn stats_of(state: PeerState, remote: SocketAddr, s: Option<&Session>, malformed
         ssthresh: t.map_or(0, |t| t.ssthresh()),
         flight: t.map_or(0, |t| t.flight()),
         frames_in_flight: t.map_or(0, |t| t.frames_in_flight()),
-        mtu: s.map_or(0, |s| s.mtu),
+        mtu: s.map_or(0, |s| s.current_mtu()),
         transfer: t.map_or(TransferStats::default(), |t| t.stats()),
         packets_sent: c.packets_sent,
         packets_received: c.packets_received,
@@ -406,7 +413,7 @@ pub(crate) struct Peer {
 
 impl Peer {
     fn new(now: Time, start: Start, keys: Keys, side: Side) -> Self {
-        let Start { id, remote, settings, local, seed } = start;
+        let Start { id, remote, settings, local, seed, mtu_ceiling } = start;
         // Secure mode: the token's timeout, never within two keepalive intervals, so an
         // idle connection lives.
         let timeout = match keys.secure() {
@@ -420,7 +427,14 @@ impl Peer {
             keys,
             settings,
             malformed: 0,
-            state: State::Connecting(Box::new(Handshake { since: now, local, skip_seed: seed, sent: None, side })),
+            state: State::Connecting(Box::new(Handshake {
+                since: now,
+                local,
+                skip_seed: seed,
+                sent: None,
+                side,
+                mtu_ceiling,
+            })),
         }
     }
 
@@ -555,7 +569,7 @@ impl Peer {
                 return;
             }
         };
-        let Made { remote, local, seed, sent } = match h.into_connection() {
+        let Made { remote, local, seed, sent, mtu_ceiling } = match h.into_connection() {
             Ok(parts) => parts,
             Err(h) => {
                 self.state = State::Connecting(h);
@@ -563,7 +577,7 @@ impl Peer {
             }
         };
         let sealed = self.keys.secure().is_some();
-        let mut session = Session::new(&self.settings, remote.params, &local, &remote.req, seed, sealed);
+        let mut session = Session::new(&self.settings, remote.params, &local, &remote.req, seed, (sealed, mtu_ceiling));
         if let Some((first, 1)) = sent {
             session.transfer.rtt_sample(now.saturating_duration_since(first));
         }
@@ -1108,6 +1122,7 @@ impl Peer {
             t.set(Timer::Pacing, s.transfer.pacing_deadline());
             t.set(Timer::Probe, s.transfer.probe_deadline());
             t.set(Timer::Ack, s.transfer.ack_deadline());
+            t.set(Timer::Mtu, s.transfer.mtu_deadline());
         }
         t.next()
     }

@@ -26,7 +26,8 @@ use crate::wire::{ConnectRequest, Data, DecodeError, Expand, FixedRefs, Key, Mes
 pub(crate) struct Session {
     pub(crate) transfer: Transfer,
     pub(crate) channels: Channels,
-    /// The negotiated datagram size (the rest of the parameters went to the layers).
+    /// The largest datagram this connection may send: the negotiated size, or path MTU
+    /// discovery's ceiling above it (the rest of the parameters went to the layers).
     pub(crate) mtu: usize,
     send_key: PlainKey,
     /// The plain key of what arrives: the peer verifies with its own keys; fuzzing forges
@@ -72,18 +73,22 @@ impl Session {
     /// A session between `local` (this side's request) and `remote` (the other's).
     /// `seed`: secret randomness for the frame ids the transfer layer skips. `sealed`: in
     /// secure mode the layers below see a datagram size smaller by what sealing adds, so
-    /// every sealed datagram still fits the negotiated one.
+    /// every sealed datagram still fits the negotiated one. `mtu_ceiling`: the largest
+    /// datagram path MTU discovery may reach (at or below the negotiated size: none).
     pub(crate) fn new(
         settings: &Arc<Settings>,
         params: Params,
         local: &ConnectRequest,
         remote: &ConnectRequest,
         seed: u64,
-        sealed: bool,
+        (sealed, mtu_ceiling): (bool, usize),
     ) -> Self {
         let cfg = &settings.config;
-        let mtu = if sealed { params.mtu.saturating_sub(SEAL_EXTRA) } else { params.mtu };
+        let extra = if sealed { SEAL_EXTRA } else { 0 };
+        let mtu = params.mtu.saturating_sub(extra);
         let mut tc = TransferConfig::with_shared(Arc::clone(&settings.transfer), mtu, params.channels);
+        tc.mtu_ceiling = mtu_ceiling.saturating_sub(extra).max(mtu);
+        tc.mtu_accept = mtu_ceiling.max(params.mtu);
         tc.skip_seed = seed | 1;
         tc.initial_window = cfg.initial_window * params.mtu;
         tc.bandwidth = params.send_bandwidth;
@@ -98,12 +103,18 @@ impl Session {
         Self {
             transfer: Transfer::new(tc, local.frame_base, remote.frame_base),
             channels,
-            mtu: params.mtu,
+            mtu: mtu_ceiling.max(params.mtu),
             send_key: PlainKey::connection(local.nonce, remote.nonce),
             #[cfg(feature = "arbitrary")]
             recv_key: Key::connection(remote.nonce, local.nonce),
             unstamped: false,
         }
+    }
+
+    /// The datagram size this side sends now, as the peer receives it.
+    pub(crate) fn current_mtu(&self) -> usize {
+        // The transfer layer's sizes have sealing's bytes taken off.
+        self.transfer.current_mtu() + (self.mtu - self.transfer.mtu_ceiling())
     }
 
     /// Queues a packet on `channel` (see `Channels::send`).

@@ -30,12 +30,14 @@ pub(crate) enum Timer {
     Probe,
     /// A held acknowledgement or ping echo stops waiting for a datagram to ride on.
     Ack,
+    /// Path MTU discovery: a probe's echo is overdue, or a search starts again.
+    Mtu,
     /// The peer is a zombie: delete it now.
     Delete,
 }
 
 impl Timer {
-    const COUNT: usize = 10;
+    const COUNT: usize = 11;
 
     const fn index(self) -> usize {
         self as usize

@@ -260,6 +260,13 @@ impl InFlight {
         self.store.get(i)?.as_ref()
     }
 
+    /// Takes the message at absolute store index `at` out of its frame (a lost frame too
+    /// large to resend whole), if it is still held.
+    pub(crate) fn take_message(&mut self, at: u64) -> Option<OutMessage> {
+        let i = usize::try_from(at.checked_sub(self.store_base)?).ok()?;
+        self.store.get_mut(i)?.take()
+    }
+
     /// Absolute store index the next stored message gets.
     pub(crate) fn store_end(&self) -> u64 {
         self.store_base + self.store.len() as u64

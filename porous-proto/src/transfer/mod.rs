@@ -14,6 +14,7 @@
 //! | `rtt` | RFC 6298 round-trip estimate and RTO, equations (5)-(7) |
 //! | `ping` | pings and their echoes |
 //! | `congestion` | the congestion window, equations (8)-(15) |
+//! | `pmtu` | path MTU discovery: probes, the size datagrams use, black holes |
 //!
 //! Each flush ([`Transfer::poll_datagram`] until `None`) sends, in this order: due
 //! acknowledgements (piggybacked on the first frame when they fit, alone before it
@@ -27,6 +28,7 @@ pub(crate) mod delivery;
 mod inflight;
 mod pacing;
 mod ping;
+mod pmtu;
 mod queues;
 mod rtt;
 
@@ -54,6 +56,7 @@ pub(crate) use inflight::SPAN_COST;
 use inflight::{Frame, InFlight, Outcome};
 use pacing::Pacer;
 use ping::Ping;
+use pmtu::Discovery;
 use queues::SendQueues;
 pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage, Tag, stamped};
 use rtt::{INITIAL_RTT, Rtt};
@@ -143,6 +146,12 @@ pub(crate) struct TransferConfig {
     pub(crate) shared: Arc<Shared>,
     /// Negotiated datagram size.
     pub(crate) mtu: usize,
+    /// The largest datagram path MTU discovery may raise the size to (at or below `mtu`:
+    /// no discovery), and the largest probe this side answers.
+    pub(crate) mtu_ceiling: usize,
+    /// The largest datagram (as received: a sealed one opened) this side answers a probe
+    /// of: the ceiling with sealing's bytes back on.
+    pub(crate) mtu_accept: usize,
     /// Congestion window before any acknowledgement, in bytes.
     pub(crate) initial_window: usize,
     /// Negotiated bandwidth B for sending, bytes per second, 0 for no limit.
@@ -167,6 +176,8 @@ impl TransferConfig {
         Self {
             shared,
             mtu,
+            mtu_ceiling: mtu,
+            mtu_accept: mtu,
             initial_window: 10 * mtu,
             bandwidth: 0,
             channels,
@@ -196,6 +207,10 @@ pub(crate) struct Transfer {
     pacing_wait: Option<Time>,
     rtt: Rtt,
     ping: Ping,
+    pmtu: Discovery,
+    /// The largest datagram this side takes from the peer's discovery (see
+    /// [`TransferConfig::mtu_accept`]).
+    mtu_accept: usize,
     /// Bytes each channel holds in the queues and in flight.
     queued: PerChannel<usize>,
     stats: TransferStats,
@@ -267,6 +282,8 @@ impl Transfer {
             cadence: Cadence::default(),
             rtt: Rtt::new(INITIAL_RTT),
             ping: Ping::default(),
+            pmtu: Discovery::new(cfg.mtu, cfg.mtu_ceiling),
+            mtu_accept: cfg.mtu_accept,
             queued: smallvec::smallvec![0; cfg.channels],
             stats: TransferStats::default(),
             skip: cfg.skip_seed,
@@ -408,6 +425,10 @@ impl Transfer {
             self.pacer.refill(now, rate, pacing::depth(rate, self.rtt.step(), mtu));
         }
         self.pacing_wait = None;
+        if let Some(len) = self.send_mtu_probe(now, key, rate.is_some(), out) {
+            return Some(len);
+        }
+        let mtu_now = self.pmtu.current();
         // Nothing to resend, nothing queued, no probe, and nothing that must go alone: no
         // datagram. Every flush ends with such a call, so it is answered before the
         // acknowledgement ranges and the frame are worked out (what follows would reach
@@ -456,9 +477,15 @@ impl Transfer {
             }
         } else if let Some((id, range)) = resend {
             msgs_len = self.messages_len(&range, ids);
+            if msgs_len > mtu_now - FRAME_OVERHEAD_MAX {
+                // Sent at a size path MTU discovery has since given up: what does not fit
+                // now goes back to the queue, to travel in frames of the size that passes.
+                self.requeue_beyond(id, mtu_now - FRAME_OVERHEAD_MAX);
+                msgs_len = self.inflight.get(id).map_or(0, |f| self.messages_len(&f.msgs(), ids));
+            }
             plan = Plan::Resend(id);
         } else if self.can_open_frame(now) {
-            let room = mtu - FRAME_OVERHEAD_MAX;
+            let room = mtu_now - FRAME_OVERHEAD_MAX;
             let budget = room.saturating_sub(if acks_due { ack_len } else { 0 });
             let budget = budget.min(self.cc.window().saturating_sub(self.inflight.flight() + FRAME_BASE));
             if let Some((id, len)) = self.assemble(now, ids, budget, room, urgent) {
@@ -475,7 +502,7 @@ impl Transfer {
         // for due ones; when a resend leaves none, the due acknowledgements go alone first
         // and the resend follows in the next datagram. Repeats take what room is left:
         // the newest ranges that fit.
-        let room = if frame.is_some() { mtu - FRAME_OVERHEAD_MAX - msgs_len } else { mtu - FRAME_OVERHEAD_MAX };
+        let room = (mtu_now - FRAME_OVERHEAD_MAX).saturating_sub(if frame.is_some() { msgs_len } else { 0 });
         let mut plan_forces_acks = false;
         let (frame, ranges_sent) = match (ack_len <= room, acks_due) {
             (true, _) => (frame, ranges.len()),
@@ -540,7 +567,7 @@ impl Transfer {
         }
         let len = w.finish();
         // A sealed datagram is larger by what the session took off this layer's MTU.
-        debug_assert!(len <= mtu + key.extra_len(), "a datagram of {len} bytes at MTU {mtu}");
+        debug_assert!(len <= mtu_now + key.extra_len(), "a datagram of {len} bytes at MTU {mtu_now}");
         if !acks.is_empty() || acks_due {
             self.receiver.sent(ranges_sent);
         }
@@ -581,6 +608,57 @@ impl Transfer {
             run.observe(&w);
         }
         len
+    }
+
+    /// Sends a path MTU probe when one is due and the congestion window (and the pacer,
+    /// when it paces) has room for all of it: a ping padded to the size tried, no frame, so
+    /// it is never resent and its loss is no drop the congestion controller hears of.
+    fn send_mtu_probe<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
+        &mut self,
+        now: Time,
+        key: Key,
+        paced: bool,
+        out: &mut B,
+    ) -> Option<usize> {
+        let size = self.pmtu.wanted()?;
+        // A probe larger than the whole window goes when nothing else is in flight.
+        let flight = self.inflight.flight();
+        let room = flight == 0 || self.cc.window().saturating_sub(flight) >= size;
+        if !room || (paced && !self.pacer.allows()) {
+            return None;
+        }
+        let id = self.ping.send(now);
+        let header = DataHeader { ping: Some(id), ..DataHeader::default() };
+        let w = DataWriter::padded(out, key, &header, size.saturating_sub(header.len()).max(1));
+        let len = w.finish();
+        self.pmtu.sent(now, id);
+        self.pacer.spend(len);
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += len as u64;
+        self.last_sent = Some(now);
+        Some(len)
+    }
+
+    /// Takes the messages of lost frame `id` that do not fit `room` bytes (every field
+    /// explicit) out of it, back to the front of the high priority queue: the frame is
+    /// resent with the rest. They stay counted as their channel's.
+    fn requeue_beyond(&mut self, id: u32, room: usize) {
+        let Some(range) = self.inflight.get(id).map(Frame::msgs) else { return };
+        let mut used = 0;
+        let mut cut = range.end;
+        for at in range.clone() {
+            let Some(m) = self.inflight.message_at(at) else { continue };
+            used += RunContext::explicit_len(&m.as_wire());
+            if used > room {
+                cut = at;
+                break;
+            }
+        }
+        for at in cut..range.end {
+            if let Some(m) = self.inflight.take_message(at) {
+                self.queues.push(Priority::High, &self.shared.weights, m);
+            }
+        }
     }
 
     /// Moves messages from the send queues into a new frame: high priority first, each
@@ -746,7 +824,16 @@ impl Transfer {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += len as u64;
         if let Some(id) = data.ping {
-            self.ping.on_ping(id, now, data.frame_id.is_some());
+            // A probe larger than this side takes goes unanswered: discovery never raises
+            // a peer beyond what this side agreed to receive.
+            if len <= self.mtu_accept {
+                self.ping.on_ping(id, now, data.frame_id.is_some());
+            } else {
+                self.stats.mtu_probes_refused += 1;
+            }
+        }
+        if let Some(id) = data.ping_ack {
+            self.pmtu.on_echo(now, id);
         }
         let held = ACK_DELAY_UNIT * data.ack_delay;
         if let Some(sample) = data.ping_ack.and_then(|id| self.ping.on_echo(now, id)) {
@@ -822,6 +909,9 @@ impl Transfer {
                 self.inflight.ack(id, |m| release(queued, m))
             {
                 self.cc.on_frame_acked(now, size, path);
+                if self.pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) {
+                    self.pmtu.on_large_acked();
+                }
                 self.delivery.on_acked(now, size, delivery, sent_at);
                 self.stats.frames_acked += 1;
                 acked += size;
@@ -842,10 +932,13 @@ impl Transfer {
         let spacing = self.shared.sentinel_spacing;
         let path = self.path();
         let window = self.reorder_window();
-        let (queued, stats, cc) = (&mut self.queued, &mut self.stats, &mut self.cc);
+        let (queued, stats, cc, pmtu) = (&mut self.queued, &mut self.stats, &mut self.cc, &mut self.pmtu);
         self.inflight.detect_losses(now, path.rto, window, |q, id| {
             let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
             let size = q.get(id).map_or(0, Frame::bytes);
+            if pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) && pmtu.on_large_lost() {
+                stats.black_holes += 1;
+            }
             let stripped = q.drop_frame(
                 id,
                 sentinel,
@@ -870,6 +963,8 @@ impl Transfer {
 
     /// Runs the resend timer.
     pub(crate) fn on_timeout(&mut self, now: Time) {
+        let rto = self.rto();
+        self.pmtu.on_timeout(now, rto);
         self.detect_losses(now);
         self.inflight.pop_done();
     }
@@ -914,6 +1009,22 @@ impl Transfer {
         [self.receiver.ack_deadline(&self.cadence), self.ping.echo_deadline(&self.cadence)].into_iter().flatten().min()
     }
 
+    /// When path MTU discovery's timer fires: an unanswered probe counts as lost, or a
+    /// search starts again.
+    pub(crate) fn mtu_deadline(&self) -> Option<Time> {
+        self.pmtu.deadline(self.rto())
+    }
+
+    /// The datagram size in use now (path MTU discovery raises it from the negotiated one).
+    pub(crate) fn current_mtu(&self) -> usize {
+        self.pmtu.current()
+    }
+
+    /// The largest datagram size discovery may reach (the negotiated one when it is off).
+    pub(crate) fn mtu_ceiling(&self) -> usize {
+        self.pmtu.ceiling()
+    }
+
     /// When the pacer lets the next datagram go, while it holds back data ready to send.
     pub(crate) fn pacing_deadline(&self) -> Option<Time> {
         self.pacing_wait
@@ -922,10 +1033,17 @@ impl Transfer {
     /// The next time a timer of this layer fires.
     #[cfg(test)]
     pub(crate) fn next_timeout(&self) -> Option<Time> {
-        [self.loss_deadline(), self.ping_deadline(), self.pacing_deadline(), self.probe_deadline(), self.ack_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.loss_deadline(),
+            self.ping_deadline(),
+            self.pacing_deadline(),
+            self.probe_deadline(),
+            self.ack_deadline(),
+            self.mtu_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// A round-trip sample taken outside pings (the handshake's request and reply).
@@ -941,7 +1059,8 @@ impl Transfer {
     // ---- observation ---------------------------------------------------------------
 
     pub(crate) fn stats(&self) -> TransferStats {
-        self.stats
+        let c = self.pmtu.counts();
+        TransferStats { mtu_probes: c.probes_sent, mtu_probes_lost: c.probes_lost, ..self.stats }
     }
 
     pub(crate) fn rtt(&self) -> Duration {

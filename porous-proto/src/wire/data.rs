@@ -1,12 +1,13 @@
 //! Connection datagrams: a data frame, acknowledgements and pings, in any combination.
 //!
 //! ```text
-//! type: 0 D w w A P Q 0
+//! type: 0 D w w A P Q Z
 //! [frame id: w+1 bytes, truncated]  if D   (implicit: full u32)
 //! [ping id: u8]                     if P
 //! [ping ack id: u8]                 if Q
 //! [ack section]                     if A
 //! [messages ...]                    if D   (none at all: a sentinel frame)
+//! [padding: zeros, at least one]    if Z   (never with D: a path MTU probe)
 //! check: u32
 //! ```
 //!
@@ -47,6 +48,8 @@ const DELAYED: u8 = 0x40;
 const A: u8 = 0x08;
 const P: u8 = 0x04;
 const Q: u8 = 0x02;
+/// Zeros follow up to the check (never with `D`).
+const Z: u8 = 0x01;
 
 /// An inclusive range of frame ids, `first..=last` in modular order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -187,7 +190,15 @@ impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
     /// encrypts all after the counter and appends the tag (a session's own key writes the
     /// same layout up to the tag and seals it with the connection's cipher).
     pub fn new(out: &'o mut B, key: Key, header: &DataHeader<'_>) -> Self {
+        Self::padded(out, key, header, 0)
+    }
+
+    /// [`DataWriter::new`], with `padding` zero bytes after the header (a path MTU probe:
+    /// a datagram of a chosen size that carries nothing of the application's). Padding
+    /// goes only in a datagram that is not a frame; 0 writes none.
+    pub fn padded(out: &'o mut B, key: Key, header: &DataHeader<'_>, padding: usize) -> Self {
         debug_assert!(!header.is_empty() && header.acks.len() <= MAX_ACK_RANGES);
+        debug_assert!(padding == 0 || header.frame.is_none(), "a frame is never padded");
         let start = out.as_ref().len();
         let mut w = Self { out, start, checked: start, check: Check::new(key), key, run: RunContext::default() };
         let mut ty = 0;
@@ -203,6 +214,9 @@ impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
         }
         if header.ping_ack.is_some() {
             ty |= Q;
+        }
+        if padding > 0 {
+            ty |= Z;
         }
         w.out.put_u8(ty);
         if let Some(counter) = key.counter() {
@@ -235,6 +249,7 @@ impl<'o, B: BufMut + AsRef<[u8]> + AsMut<[u8]>> DataWriter<'o, B> {
                 put_varint(w.out, s.distance(older.first, older.last));
             }
         }
+        w.out.put_bytes(0, padding);
         w
     }
 
@@ -454,6 +469,14 @@ impl<'a> Data<'a> {
             let mut shifted = Shift { inner: &mut v, offset };
             while !mr.is_empty() {
                 each(run.decode(&mut mr, &mut expand, &mut shifted)?);
+            }
+        } else if ty & Z != 0 {
+            // A probe's padding: one encoding only (zeros, at least one of them).
+            if messages.is_empty() {
+                return Err(DecodeError::Truncated(Field::Padding));
+            }
+            if messages.iter().any(|&b| b != 0) {
+                return Err(DecodeError::NonZeroPadding);
             }
         } else if !messages.is_empty() {
             return Err(DecodeError::TrailingBytes);
@@ -696,6 +719,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_padded_probe_roundtrips_at_the_size_asked() {
+        let k = Key::connection(1, 2);
+        let header = DataHeader { ping: Some(7), ping_ack: Some(3), ..DataHeader::default() };
+        for size in [header.len() + 1, 600, 1452, 9000] {
+            let mut out = Vec::new();
+            let w = DataWriter::padded(&mut out, k, &header, size - header.len());
+            assert_eq!(w.finish(), size);
+            assert_eq!(out.len(), size);
+            let d = Data::decode(&out, k, &CTX).unwrap();
+            assert_eq!((d.frame_id, d.ping, d.ping_ack, d.acks().count()), (None, Some(7), Some(3), 0));
+            // Any flipped bit fails, padding included.
+            let mut bad = out.clone();
+            bad[size / 2] ^= 1;
+            assert!(Data::decode(&bad, k, &CTX).is_err());
+        }
+    }
+
     fn sealed(bytes: &[u8], key: Key) -> Vec<u8> {
         let mut out = bytes.to_vec();
         let mut c = Check::new(key);
@@ -710,7 +751,11 @@ mod tests {
         let dec = |b: &[u8]| Data::decode(b, k, &CTX).map(|_| ());
         assert_eq!(dec(&[0x40, 1, 2]), Err(DecodeError::TooShort { len: 3 }));
         assert_eq!(dec(&sealed(&[0x00], k)), Err(DecodeError::Empty));
-        assert_eq!(dec(&sealed(&[0x05], k)), Err(DecodeError::ReservedBits(Field::Type)));
+        assert_eq!(dec(&sealed(&[0x41, 1], k)), Err(DecodeError::ReservedBits(Field::Type)), "a padded frame");
+        assert_eq!(dec(&sealed(&[0x01], k)), Err(DecodeError::Empty), "padding alone");
+        assert_eq!(dec(&sealed(&[0x05], k)), Err(DecodeError::Truncated(Field::Ping)));
+        assert_eq!(dec(&sealed(&[0x05, 1], k)), Err(DecodeError::Truncated(Field::Padding)));
+        assert_eq!(dec(&sealed(&[0x05, 1, 0, 1, 0], k)), Err(DecodeError::NonZeroPadding));
         assert_eq!(dec(&sealed(&[0x10, 1], k)), Err(DecodeError::ReservedBits(Field::Type)));
         assert_eq!(dec(&sealed(&[0x70, 1, 2], k)), Err(DecodeError::Truncated(Field::FrameId)));
         assert_eq!(dec(&sealed(&[0x04], k)), Err(DecodeError::Truncated(Field::Ping)));

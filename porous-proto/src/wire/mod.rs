@@ -74,8 +74,12 @@ pub fn peek_type(datagram: &[u8]) -> Result<u8, DecodeError> {
         if ty == 0 {
             return Err(DecodeError::Empty);
         }
-        // Bit 0 is reserved; the frame id width bits mean nothing without a frame.
-        if ty & 0x01 != 0 || (ty & 0x40 == 0 && ty & 0x30 != 0) {
+        // Bit 0 (padding) belongs to datagrams that are not frames; the frame id width
+        // bits mean nothing without a frame.
+        if ty == 0x01 {
+            return Err(DecodeError::Empty);
+        }
+        if (ty & 0x40 != 0 && ty & 0x01 != 0) || (ty & 0x40 == 0 && ty & 0x30 != 0) {
             return Err(DecodeError::ReservedBits(Field::Type));
         }
     } else if ty > control::T_DISCONNECT_ACK {
@@ -153,6 +157,8 @@ pub enum Field {
     Token,
     /// A sealed datagram's counter (secure mode).
     Counter,
+    /// A connection datagram's padding (a path MTU probe).
+    Padding,
 }
 
 impl core::fmt::Display for Field {
@@ -197,7 +203,7 @@ pub enum DecodeError {
         /// The datagram's length.
         len: usize,
     },
-    /// A connection request's padding is not zero.
+    /// Padding (of a connection request, or of a padded connection datagram) is not zero.
     NonZeroPadding,
     /// Secure mode: a sealed datagram whose counter was accepted already, or lies too far
     /// behind the newest accepted to tell (a replay, or a datagram too late).
@@ -219,7 +225,7 @@ impl core::fmt::Display for DecodeError {
             Self::NoContext(field) => write!(f, "{field} continues a run that was never started"),
             Self::TrailingBytes => f.write_str("trailing bytes after the last field"),
             Self::Unpadded { len } => write!(f, "connection request of {len} bytes is not padded to {REQUEST_SIZE}"),
-            Self::NonZeroPadding => f.write_str("connection request padding is not zero"),
+            Self::NonZeroPadding => f.write_str("padding is not zero"),
             Self::Replayed => f.write_str("sealed datagram replayed, or too late to tell"),
         }
     }
@@ -245,7 +251,7 @@ mod tests {
                         assert_eq!(key_class(ty), KeyClass::Connection);
                     }
                 }
-                Err(DecodeError::Empty) => assert_eq!(ty, 0),
+                Err(DecodeError::Empty) => assert!(ty == 0 || ty == 0x01, "padding alone carries nothing"),
                 Err(DecodeError::ReservedBits(Field::Type)) => assert!(ty & 0x80 == 0),
                 Err(DecodeError::UnknownType(t)) => assert!(t > 0x87),
                 Err(e) => panic!("unexpected {e:?}"),

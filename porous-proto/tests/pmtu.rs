@@ -1,0 +1,176 @@
+//! Path MTU discovery (`PeerConfig::max_mtu`) over simulated paths whose links drop every
+//! datagram larger than they carry: each side finds the largest size its path takes,
+//! within the search's step, never above the ceiling, and a path that shrinks mid-stream
+//! (a black hole) costs no reliable packet.
+
+#![cfg(feature = "sim")]
+
+#[cfg(target_family = "wasm")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use porous_proto::sim::{LinkConditions, Network};
+use porous_proto::{Event, HostConfig, PeerId, SendMode};
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+/// IPv4 and UDP headers: a path MTU less this is the largest UDP payload.
+const HEADERS: usize = 28;
+/// The search stops this close to the path's size.
+const STEP: usize = 16;
+
+fn addr(i: u8) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, i], 9000))
+}
+
+fn config(mtu: usize, max_mtu: usize) -> HostConfig {
+    let mut c = HostConfig::default();
+    c.peer.mtu = mtu;
+    c.peer.max_mtu = max_mtu;
+    c
+}
+
+/// a and b connected over links carrying `ab` and `ba` bytes of UDP payload, 25 ms each
+/// way; returns the network, a's id for b and b's for a.
+fn pair(seed: u64, (ab, ba): (usize, usize), cfg: &HostConfig) -> (Network, PeerId, PeerId) {
+    let (a, b) = (addr(1), addr(2));
+    let mut net = Network::new(seed);
+    net.add_host(a, cfg.clone()).unwrap();
+    net.add_host(b, cfg.clone()).unwrap();
+    for (from, to, mtu) in [(a, b, ab), (b, a, ba)] {
+        let mut l = LinkConditions::perfect(25 * MS);
+        l.mtu = Some(mtu);
+        net.set_link(from, to, l);
+    }
+    let now = net.now();
+    let pa = net.host_mut(a).connect(now, b).unwrap();
+    let mut pb = None;
+    assert!(net.run_until(10 * SEC, |net| {
+        while net.poll_event(a).is_some() {}
+        while let Some(e) = net.poll_event(b) {
+            if let Event::Connected { peer, .. } = e {
+                pb = Some(peer);
+            }
+        }
+        pb.is_some()
+    }));
+    (net, pa, pb.unwrap())
+}
+
+/// Each side's size after `run`, with traffic both ways.
+fn sizes(net: &mut Network, pa: PeerId, pb: PeerId, run: Duration) -> (usize, usize) {
+    let (a, b) = (addr(1), addr(2));
+    net.run_for(run, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
+    (net.host(a).peer_stats(pa).unwrap().mtu, net.host(b).peer_stats(pb).unwrap().mtu)
+}
+
+#[test]
+fn each_direction_finds_its_paths_size() {
+    // Path MTUs of 576, 1,280, 1,500 and 9,000 bytes, one each way, and the ceiling
+    // (max_mtu) above, at or below each.
+    for (path_ab, path_ba) in [(576, 1500), (1280, 9000), (1500, 1280), (9000, 576)] {
+        for max in [1452, 9000] {
+            let (ab, ba) = (path_ab - HEADERS, path_ba - HEADERS);
+            let cfg = config(512, max);
+            let (mut net, pa, pb) = pair(1, (ab, ba), &cfg);
+            let (sa, sb) = sizes(&mut net, pa, pb, 20 * SEC);
+            for (side, found, path) in [("a", sa, ab), ("b", sb, ba)] {
+                let want = path.min(max);
+                assert!(
+                    found <= want && found + STEP > want,
+                    "{side} {path_ab}/{path_ba} max {max}: {found}, not {want}"
+                );
+            }
+            // Nothing larger than a path carries was ever counted as application loss.
+            let s = net.host(addr(1)).peer_stats(pa).unwrap().transfer;
+            assert_eq!((s.frames_lost, s.black_holes), (0, 0), "{path_ab}/{path_ba} max {max}");
+            assert!(s.mtu_probes_lost > 0 || ab >= max, "probes above the path are lost");
+        }
+    }
+}
+
+#[test]
+fn a_path_reaches_its_size_in_a_round_trip_when_it_carries_the_ceiling() {
+    let (mut net, pa, pb) = pair(2, (1472, 1472), &config(1200, 1452));
+    let start = net.elapsed();
+    let mut at = None;
+    net.run_until(5 * SEC, |net| {
+        while net.poll_event(addr(1)).is_some() || net.poll_event(addr(2)).is_some() {}
+        if net.host(addr(1)).peer_stats(pa).unwrap().mtu == 1452 {
+            at = Some(net.elapsed() - start);
+        }
+        at.is_some()
+    });
+    let took = at.expect("a reached 1452");
+    assert!(took <= 60 * MS, "one round trip (50 ms), not {took:?}");
+    let (_, sb) = sizes(&mut net, pa, pb, SEC);
+    assert_eq!(sb, 1452);
+}
+
+#[test]
+fn discovery_is_off_unless_both_sides_take_larger_datagrams() {
+    for (a_max, b_max) in [(0, 0), (1452, 0), (0, 1452), (1100, 1100)] {
+        let (a, b) = (addr(1), addr(2));
+        let mut net = Network::new(3);
+        net.add_host(a, config(1200, a_max)).unwrap();
+        net.add_host(b, config(1200, b_max)).unwrap();
+        let now = net.now();
+        let pa = net.host_mut(a).connect(now, b).unwrap();
+        net.run_for(5 * SEC, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
+        let s = net.host(a).peer_stats(pa).unwrap();
+        assert_eq!(s.mtu, 1200, "{a_max}/{b_max}");
+        if a_max > 1200 {
+            // b answers no probe above what it takes.
+            assert!(s.transfer.mtu_probes_lost >= 3, "{a_max}/{b_max}");
+        } else {
+            assert_eq!(s.transfer.mtu_probes, 0, "{a_max}/{b_max}");
+        }
+    }
+}
+
+#[test]
+fn a_black_hole_mid_stream_falls_back_and_loses_nothing() {
+    let (a, b) = (addr(1), addr(2));
+    let (mut net, pa, pb) = pair(4, (1472, 1472), &config(1200, 1452));
+    assert_eq!(sizes(&mut net, pa, pb, SEC).0, 1452);
+    // Bulk traffic of packets of several sizes (so frames fill the larger datagrams), then
+    // the path from a to b shrinks to 1,280 bytes (a tunnel on a new route).
+    let total = 3000;
+    let payload = |i: u32| {
+        let mut v = i.to_le_bytes().to_vec();
+        v.resize(200 + (i as usize * 37) % 900, (i % 251) as u8);
+        Bytes::from(v)
+    };
+    let (mut sent, mut got) = (0u32, Vec::new());
+    let mut shrunk = false;
+    let done = net.run_until(120 * SEC, |net| {
+        while sent < total && net.host_mut(a).send(pa, 0, payload(sent), SendMode::Reliable).is_ok() {
+            sent += 1;
+        }
+        if !shrunk && sent > total / 3 {
+            let mut l = net.link(a, b);
+            l.mtu = Some(1280 - HEADERS);
+            net.set_link(a, b, l);
+            shrunk = true;
+        }
+        while let Some(e) = net.poll_event(b) {
+            if let Event::Received { data, .. } = e {
+                got.push(data);
+            }
+        }
+        while net.poll_event(a).is_some() {}
+        got.len() == total as usize
+    });
+    assert!(done, "every packet arrived ({} of {total})", got.len());
+    for (i, d) in got.iter().enumerate() {
+        assert_eq!(*d, payload(i as u32), "packet {i}: exactly once, in order");
+    }
+    // The new search ends (each size too large costs three probe timeouts).
+    sizes(&mut net, pa, pb, 10 * SEC);
+    let s = net.host(a).peer_stats(pa).unwrap();
+    assert!(s.transfer.black_holes >= 1, "the black hole was seen");
+    assert!(s.mtu <= 1280 - HEADERS && s.mtu + STEP > 1280 - HEADERS, "a found the new size: {}", s.mtu);
+}
