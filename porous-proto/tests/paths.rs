@@ -162,3 +162,45 @@ fn a_new_connection_after_a_closed_path_uses_the_configured_size() {
     assert_eq!(p.a.peer_stats(pa).unwrap().mtu, 1200);
     assert_eq!(p.b.peer_stats(pb).unwrap().state, PeerState::Connected);
 }
+
+/// Path MTU discovery in both modes over a path that drops datagrams above 1,400 bytes:
+/// each side settles within the search's step below it, in sealed datagrams too.
+#[test]
+fn discovery_finds_the_path_in_both_modes() {
+    for mode in Mode::BOTH {
+        let mut config = HostConfig::default();
+        config.peer.max_mtu = 1452;
+        let mut p = Pair::in_mode(mode, config.clone(), config, 1, 2);
+        p.pass = Box::new(|d| d.payload.len() <= 1400);
+        let (pa, pb) = establish(&mut p, mode);
+        let big = Bytes::from(vec![0x5A; 30_000]);
+        p.a.send(pa, 0, big.clone(), SendMode::Reliable).unwrap();
+        p.run_for(5 * SEC);
+        assert_eq!(received(&p.events_b, 4)[0], [big], "{mode:?}");
+        for (side, mtu) in [("a", p.a.peer_stats(pa).unwrap().mtu), ("b", p.b.peer_stats(pb).unwrap().mtu)] {
+            assert!((1385..=1400).contains(&mtu), "{mode:?} {side}: {mtu}");
+        }
+        let s = p.a.peer_stats(pa).unwrap().transfer;
+        assert!(s.mtu_probes_lost >= 3 && s.frames_lost == 0, "{mode:?}: {s:?}");
+    }
+}
+
+/// A path whose size the adapter fixed is never probed above it.
+#[test]
+fn discovery_never_probes_a_fixed_path_above_its_size() {
+    let mut config = HostConfig::default();
+    config.peer.max_mtu = 1452;
+    let mut p = Pair::new(config.clone(), config);
+    let b_addr = p.b_addr;
+    p.a.set_path_mtu(b_addr, 1300).unwrap();
+    let (pa, pb) = p.establish();
+    p.a.send(pa, 0, Bytes::from(vec![1; 20_000]), SendMode::Reliable).unwrap();
+    p.run_for(3 * SEC);
+    let a_addr = p.a_addr;
+    let largest = p.log.iter().filter(|d| d.from == a_addr).map(|d| d.payload.len()).max().unwrap();
+    assert_eq!(largest, 1300, "a reaches the fixed size and never goes beyond");
+    assert_eq!(p.a.peer_stats(pa).unwrap().mtu, 1300);
+    // b's own ceiling is its configuration: it grows towards a as far as a takes.
+    let b = p.b.peer_stats(pb).unwrap().mtu;
+    assert!((1285..=1300).contains(&b), "a answers no probe above its path's size: {b}");
+}

@@ -3,12 +3,14 @@
 //! `docs/simulated.md` (medians over the seeds, with the range in brackets).
 //!
 //! `cargo bench -p porous-proto --bench netsim` rewrites the document and draws the time
-//! series of its key workloads into `docs/plots/` (`plots.rs`); `-- --print` only prints.
+//! series of its key workloads into `docs/plots/` (`plots.rs`); `-- --print` only prints;
+//! `-- --only NAME` runs and rewrites one section (and draws no plots).
 //! Under `cargo test --benches` it runs each workload once, briefly, draws the plots in
 //! memory and writes nothing. Simulated time, so the figures do not depend on the machine.
 
 mod chart;
 mod plots;
+mod pmtu;
 mod workloads;
 
 use std::time::Duration;
@@ -196,21 +198,31 @@ fn beside_table(s: &Scale) -> String {
     t
 }
 
+/// What makes one section's table.
+type Table = dyn Fn(&Scale) -> String;
+
 fn main() {
     let s = scale();
     let print_only = std::env::args().any(|a| a == "--print") || s.seeds == 1;
-    let sections: [(&str, String); 6] = [
-        ("netsim", workloads::presets::table()),
-        ("loss", loss_table(&s)),
-        ("share", share_table(&s)),
-        ("queue", queue_table(&s)),
-        ("game", game_table(&s)),
-        ("beside", beside_table(&s)),
+    let only = std::env::args().skip_while(|a| a != "--only").nth(1);
+    let all: [(&str, &Table); 7] = [
+        ("netsim", &|_| workloads::presets::table()),
+        ("loss", &loss_table),
+        ("share", &share_table),
+        ("queue", &queue_table),
+        ("game", &game_table),
+        ("beside", &beside_table),
+        ("pmtu", &pmtu::table),
     ];
+    let sections: Vec<(&str, String)> = all
+        .iter()
+        .filter(|(name, _)| only.as_deref().is_none_or(|o| o == *name))
+        .map(|(name, table)| (*name, table(&s)))
+        .collect();
     for (name, table) in &sections {
         println!("{name}:\n{table}");
     }
-    let figures = plots::all(&s);
+    let figures = if only.is_some() { Vec::new() } else { plots::all(&s) };
     for (name, svg) in &figures {
         println!("plot {name}: {} bytes of SVG", svg.len());
     }

@@ -226,7 +226,7 @@ mod tests {
             let Some(size) = d.wanted() else { break };
             d.sent(now, 1);
             if size <= path {
-                now = now + Duration::from_millis(50);
+                now += Duration::from_millis(50);
                 d.on_echo(now, 1);
             } else {
                 now = d.deadline(timeout).unwrap();
