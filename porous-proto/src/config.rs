@@ -317,6 +317,15 @@ pub struct HostConfig {
     /// default, is plain mode (LAN games, simulations): a plain and a secure host never
     /// connect to each other.
     pub secure: Option<SecureConfig>,
+    /// Whether a connected peer may change address: a datagram of the connection (verified
+    /// with its keys: plain mode's keyed check, secure mode's seal) from another address of
+    /// the same IP starts a path validation there, and once that address echoes the
+    /// challenge the connection moves to it ([`Event::AddressChanged`](crate::Event::AddressChanged)).
+    /// Until then that address gets no more bytes than it sent. A NAT that rebinds a
+    /// mapping keeps the IP and changes the port; a move to another IP (one network to
+    /// another) is not recognised and the connection times out. `docs/protocol.md`,
+    /// address change. Default: true.
+    pub address_change: bool,
 }
 
 /// Most server addresses a token may name.
@@ -434,6 +443,7 @@ impl Default for HostConfig {
             peer: PeerConfig::default(),
             sequence_start: SequenceStart::Random,
             secure: None,
+            address_change: true,
         }
     }
 }

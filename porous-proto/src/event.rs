@@ -168,6 +168,20 @@ pub enum Event {
         /// The packet.
         data: Bytes,
     },
+    /// The remote's datagrams come from a new address, which proved it receives there (it
+    /// echoed a path challenge): the connection goes on from `new`, and everything for the
+    /// peer goes there from now on ([`Host::remote_addr`](crate::Host::remote_addr) says
+    /// so). A NAT that rebound the remote's mapping, a phone that moved from one network
+    /// to another. See [`HostConfig::address_change`](crate::HostConfig::address_change).
+    #[non_exhaustive]
+    AddressChanged {
+        /// The peer.
+        peer: PeerId,
+        /// The address it had.
+        old: SocketAddr,
+        /// The address it has now.
+        new: SocketAddr,
+    },
     /// A connection ended, or a connection attempt failed. The id is dead afterwards.
     #[non_exhaustive]
     Disconnected {

@@ -24,9 +24,9 @@
 //! Nothing here touches a socket or a clock; see the crate docs for the call contract.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::hash::{BuildHasher, Hasher as _};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use web_time::Instant;
@@ -376,7 +376,18 @@ pub struct Host {
     /// where it carries less than the configured `mtu`. Entries come from the application
     /// alone and leave with [`Host::close_path`].
     path_mtu: HashMap<SocketAddr, usize, AddrHasher>,
+    /// Every peer's address again, ordered, so that the peers of one IP are a range: the
+    /// candidates for a datagram from a new port of that IP (address change).
+    by_ip: BTreeMap<(IpAddr, u16), u32>,
+    /// The addresses peers are validating (address change), each to its peer: the first
+    /// candidate for a datagram from there. An entry may outlive its probe; the peer's own
+    /// probe is what counts.
+    probes: HashMap<SocketAddr, u32, AddrHasher>,
 }
+
+/// Most peers a datagram from an unknown address is tried against (those of its IP), so
+/// that a stranger's datagram costs a bounded number of verifications.
+const MAX_CANDIDATES: usize = 16;
 
 impl core::fmt::Debug for Host {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -410,6 +421,8 @@ impl Host {
             free: Vec::new(),
             by_addr: HashMap::with_hasher(AddrHasher::derived_from(secret)),
             path_mtu: HashMap::with_hasher(AddrHasher::derived_from(secret)),
+            by_ip: BTreeMap::new(),
+            probes: HashMap::with_hasher(AddrHasher::derived_from(secret)),
             timers: Deadlines::default(),
             dirty: Vec::new(),
             out: Outputs::default(),
@@ -555,6 +568,7 @@ impl Host {
             slot.set_scheduled(None);
         }
         self.by_addr.insert(addr, index);
+        self.by_ip.insert((addr.ip(), addr.port()), index);
         self.mark_dirty(index);
         index
     }
@@ -565,6 +579,10 @@ impl Host {
             self.listener.pending_changed(peer.is_pending(), false);
             self.census.changed(Some(peer.state()), None);
             self.by_addr.remove(&peer.remote());
+            self.by_ip.remove(&(peer.remote().ip(), peer.remote().port()));
+            if let Some(a) = peer.probe_addr() {
+                self.probes.remove(&a);
+            }
             slot.generation = slot.generation.wrapping_add(1);
             slot.set_scheduled(None);
             self.free.push(index);
@@ -782,8 +800,7 @@ impl Host {
             };
         }
         let Some(&index) = self.by_addr.get(&from) else {
-            self.stats.unknown_source += 1;
-            return;
+            return self.handle_elsewhere(t, from, ty, datagram);
         };
         // Everything else goes to the peer of its address: opened with its keys (secure
         // mode: through its replay window), then acted on. A data datagram is copied once
@@ -800,6 +817,71 @@ impl Host {
             Some(Err(DecodeError::Replayed)) => self.stats.replayed += 1,
             Some(Err(e)) => self.malformed(e),
             _ => {}
+        }
+        self.mark_dirty(index);
+    }
+
+    /// A datagram from an address with no peer that is not a request: a connected peer's
+    /// from a new address, if it verifies with the keys of one of the peers of its IP (the
+    /// one validating that address first, then at most [`MAX_CANDIDATES`]); otherwise
+    /// counted as from an unknown source. The peer acts on it and validates the address
+    /// (`peer/path.rs`); when the address proves it receives, the tables follow the peer.
+    fn handle_elsewhere(&mut self, t: Time, from: SocketAddr, ty: u8, datagram: &[u8]) {
+        if !self.config.address_change {
+            self.stats.unknown_source += 1;
+            return;
+        }
+        let probing = self.probes.get(&from).copied();
+        let same_ip = self.by_ip.range((from.ip(), 0)..=(from.ip(), u16::MAX)).map(|(_, &i)| i);
+        let candidates = probing.into_iter().chain(same_ip.filter(|&i| Some(i) != probing)).take(MAX_CANDIDATES);
+        let Self { slots, out, recv_arena, listener, census, rng, .. } = self;
+        let mut found = None;
+        let mut replayed = false;
+        for index in candidates {
+            let Some(peer) = slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()) else { continue };
+            match peer.open_elsewhere(ty, datagram, recv_arena) {
+                Ok(Some(input)) => {
+                    let (old, old_probe) = (peer.remote(), peer.probe_addr());
+                    let fresh = || rng.next_u64();
+                    let len = datagram.len();
+                    let result = drive_peer(peer, out, (listener, census), |peer, out| {
+                        peer.handle_from(t, from, len, input, fresh, out)
+                    });
+                    found = Some((index, old, old_probe, peer.remote(), peer.probe_addr(), result));
+                    break;
+                }
+                Ok(None) => {}
+                Err(DecodeError::Replayed) => replayed = true,
+                Err(_) => {}
+            }
+        }
+        let Some((index, old, old_probe, new, probe, result)) = found else {
+            if replayed {
+                self.stats.replayed += 1;
+            } else {
+                self.stats.unknown_source += 1;
+            }
+            return;
+        };
+        if old_probe != probe {
+            if let Some(a) = old_probe {
+                self.probes.remove(&a);
+            }
+            if let Some(a) = probe {
+                self.probes.insert(a, index);
+            }
+        }
+        if old != new {
+            self.by_addr.remove(&old);
+            self.by_ip.remove(&(old.ip(), old.port()));
+            self.by_addr.insert(new, index);
+            self.by_ip.insert((new.ip(), new.port()), index);
+            self.stats.address_changes += 1;
+        }
+        match result {
+            Err(DecodeError::Replayed) => self.stats.replayed += 1,
+            Err(e) => self.malformed(e),
+            Ok(()) => {}
         }
         self.mark_dirty(index);
     }
@@ -1162,6 +1244,9 @@ impl Host {
             + self.by_addr.capacity() * 8 / 7 * (size_of::<(SocketAddr, u32)>() + 1)
             + self.timers.memory()
             + self.dirty.capacity() * size_of::<u32>()
+            // An ordered map's entries live in nodes of up to 11, about two thirds full.
+            + self.by_ip.len() * 3 / 2 * size_of::<((IpAddr, u16), u32)>()
+            + self.probes.capacity() * 8 / 7 * (size_of::<(SocketAddr, u32)>() + 1)
             + self.listener.memory();
         m.buffers = self.out.memory() + self.recv_arena.capacity();
         m.total = m.peers + m.table + m.buffers;

@@ -233,8 +233,12 @@ pub struct HostStats {
     pub malformed: u64,
     /// Of those, the ones whose integrity check failed.
     pub bad_checksum: u64,
-    /// Datagrams from addresses with no peer that were not connection requests.
+    /// Datagrams from addresses with no peer that were not connection requests (nor a
+    /// connected peer's from a new address: [`HostStats::address_changes`]).
     pub unknown_source: u64,
+    /// Connections that moved to a new address of their remote, after it proved it
+    /// receives there ([`Event::AddressChanged`](crate::Event::AddressChanged)).
+    pub address_changes: u64,
     /// Connection requests refused (incompatible, host full, not accepting).
     pub refused: u64,
     /// Connection requests answered with a cookie challenge.

@@ -142,6 +142,8 @@ LAYOUT.bodies = {
   [0x85] = { { "cookie", "16 B" } },
   [0x86] = { { "code", "varint" } },
   [0x87] = {},
+  [0x88] = { { "data", "u64" } },
+  [0x89] = { { "data", "u64" } },
 }
 
 -- Type byte -> { datagram, key }.
@@ -154,6 +156,8 @@ LAYOUT.types = {
   [0x85] = { "challenge (cookie)", "reply" },
   [0x86] = { "disconnection request", "connection" },
   [0x87] = { "disconnection acknowledgement", "connection" },
+  [0x88] = { "path challenge", "connection" },
+  [0x89] = { "path response", "connection" },
 }
 
 -- Refusal reason -> { why, what the detail is }.
@@ -287,6 +291,7 @@ local f = {
   reason = ProtoField.uint8("porous.refuse.reason", "Reason", base.DEC, refuse_names),
   detail = ProtoField.uint32("porous.refuse.detail", "Detail"),
   code = ProtoField.uint32("porous.disconnect.code", "Application's code"),
+  path_data = ProtoField.uint64("porous.path.data", "Path challenge value", base.HEX),
   -- secure mode
   counter = ProtoField.uint32("porous.sealed.counter", "Counter (low 32 bits)"),
   salt = ProtoField.uint64("porous.sealed.salt", "Salt", base.HEX),
@@ -567,6 +572,10 @@ local function read_body(ty, r, tree)
     local range, code = r:varint("code")
     tree:add(f.code, range, code)
     return "code " .. code
+  elseif ty == 0x88 or ty == 0x89 then
+    local range = r:take(8, "data")
+    tree:add_le(f.path_data, range)
+    return "data=" .. range:le_uint64():tohex()
   end
   return nil
 end
@@ -994,7 +1003,7 @@ function porous.dissector(tvb, pinfo, tree)
   local guessed = stored ~= nil and stored.guessed_sealed
   local ok, result = pcall(function()
     if ty >= 0x80 then
-      if ty > 0x87 then bad(string.format("unknown datagram type 0x%02x", ty)) end
+      if ty > 0x89 then bad(string.format("unknown datagram type 0x%02x", ty)) end
       root:add(f.type, tvb:range(0, 1))
       if ty == 0x80 and not plain_request_verifies(tvb) and looks_sealed_request(tvb) then
         return sealed_request(tvb, pinfo, root, c, from)

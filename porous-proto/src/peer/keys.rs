@@ -168,8 +168,8 @@ impl Keys {
             // connection's own control datagrams with the connection's key.
             Mode::Secure(s) => match (ty, s.is_client(), conn.map(|c| &mut c.keys)) {
                 (0x81..=0x85, true, _) => s.open_reply(datagram, self.local_nonce),
-                (0x82 | 0x86 | 0x87, _, Some(ConnectionKeys::Sealed(c))) => c.open_control(datagram),
-                (0x82 | 0x86 | 0x87, _, _) => Err(DecodeError::BadChecksum),
+                (0x82 | 0x86..=0x89, _, Some(ConnectionKeys::Sealed(c))) => c.open_control(datagram),
+                (0x82 | 0x86..=0x89, _, _) => Err(DecodeError::BadChecksum),
                 _ => Err(DecodeError::UnknownType(ty)),
             },
         }
@@ -212,7 +212,7 @@ impl Keys {
 }
 
 /// Sends a control datagram of the connection (`Disconnect`, `DisconnectAck`, a client's
-/// `Ack`), if it has its keys.
+/// `Ack`, path challenges and responses), if it has its keys.
 pub(crate) fn send_connection(out: &mut Outputs, remote: SocketAddr, c: &Control<'_>, conn: Option<&mut Connection>) {
     match conn.map(|c| &mut c.keys) {
         Some(ConnectionKeys::Plain { send, .. }) => out.control(remote, c, send.key()),

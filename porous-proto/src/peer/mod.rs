@@ -55,6 +55,7 @@
 mod keys;
 mod negotiate;
 mod output;
+mod path;
 mod secure;
 mod session;
 mod settings;
@@ -73,11 +74,12 @@ use crate::lean::Nanos;
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::token::VerifiedToken;
 use crate::wire::secure::SecretKey;
-use crate::wire::{self, ConnectRequest, Control, Cookie, Key, RefuseReason};
+use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, RefuseReason};
 pub(crate) use keys::Input;
 use keys::{Connection, Keys, send_connection};
 pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
+use path::Probe;
 pub(crate) use secure::SecureState;
 pub(crate) use session::Session;
 use session::{FrameMessages, initial_windows};
@@ -408,6 +410,9 @@ pub(crate) struct Peer {
     timeout: Nanos,
     /// Datagrams from the peer's address that failed to open or decode.
     malformed: u64,
+    /// A new address of the remote being validated (boxed: rare, and the slot's size is
+    /// every active peer's cost).
+    probe: Option<Box<Probe>>,
     state: State,
 }
 
@@ -427,6 +432,7 @@ impl Peer {
             keys,
             settings,
             malformed: 0,
+            probe: None,
             state: State::Connecting(Box::new(Handshake {
                 since: now,
                 local,
@@ -538,6 +544,7 @@ impl Peer {
     /// its counters are kept as they were then (`Host::peer_stats` reads them until it is
     /// deleted).
     fn end(&mut self, now: Time, end: End, reason: DisconnectReason, out: &mut Outputs) {
+        self.probe = None;
         if self.known_to_app() {
             out.event(Event::Disconnected { peer: self.id, reason });
         }
@@ -741,7 +748,118 @@ impl Peer {
                     self.end(now, End::Disconnected, reason, out);
                 }
             }
+            Control::PathChallenge { data } => self.answer_challenge(self.remote, data, out),
+            // Only one from the address probed counts ([`Peer::handle_from`]).
+            Control::PathResponse { .. } => {}
         }
+    }
+
+    // ---- address change (`path`) ---------------------------------------------------
+
+    /// Opens a datagram of type `ty` from another address than the peer's with its keys,
+    /// and verifies a data datagram against its windows without acting on it: whether it
+    /// is this connection's (see [`Peer::handle_from`]). Only a connected peer's datagrams
+    /// move (data, and control datagrams keyed with the connection), and nothing here
+    /// counts a failure: most candidates a host tries are not the sender.
+    pub(crate) fn open_elsewhere<'d>(
+        &mut self,
+        ty: u8,
+        datagram: &'d [u8],
+        arena: &mut Arena,
+    ) -> Result<Option<Input<'d>>, wire::DecodeError> {
+        if !matches!(self.state, State::Connected { .. } | State::Disconnecting { .. })
+            || (ty & 0x80 != 0 && wire::key_class(ty) != KeyClass::Connection)
+        {
+            return Ok(None);
+        }
+        let input = self.keys.open(ty, datagram, self.state.connection_mut(), true, arena)?;
+        if let Some(Input::Data { datagram, key }) = &input {
+            let Some(session) = self.state.session() else { return Ok(None) };
+            let mut msgs = FrameMessages::new();
+            session.decode(datagram, *key, &mut msgs)?;
+        }
+        Ok(input)
+    }
+
+    /// Acts on a datagram of this connection (opened by [`Peer::open_elsewhere`]) that
+    /// came from `from`, not the peer's address, `len` bytes long. It is acted on as any
+    /// other (its packets delivered); a datagram other than a path challenge or response
+    /// makes `from` the address to validate, with a challenge drawn from `fresh`. The
+    /// echo of that challenge from `from` moves the connection there.
+    pub(crate) fn handle_from(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        len: usize,
+        input: Input<'_>,
+        fresh: impl FnOnce() -> u64,
+        out: &mut Outputs,
+    ) -> Result<(), wire::DecodeError> {
+        let probing = matches!(input, Input::Control(Control::PathChallenge { .. } | Control::PathResponse { .. }));
+        if !probing && self.probe.as_ref().is_none_or(|p| p.addr != from) {
+            self.probe = Some(Box::new(Probe::new(from, fresh())));
+        }
+        if let Some(p) = self.probe.as_mut().filter(|p| p.addr == from) {
+            p.received += len as u64;
+        }
+        let result = match input {
+            Input::Control(c @ (Control::PathChallenge { .. } | Control::PathResponse { .. })) => {
+                if let State::Connected { last_recv, .. } | State::Disconnecting { last_recv, .. } = &mut self.state {
+                    *last_recv = now;
+                }
+                match c {
+                    Control::PathChallenge { data } => self.answer_challenge(from, data, out),
+                    Control::PathResponse { data } => self.on_path_response(from, data, out),
+                    _ => {}
+                }
+                Ok(())
+            }
+            other => self.handle(now, other, out),
+        };
+        self.challenge(now, out);
+        result
+    }
+
+    /// The address being validated, if any.
+    pub(crate) fn probe_addr(&self) -> Option<SocketAddr> {
+        self.probe.as_ref().map(|p| p.addr)
+    }
+
+    /// Echoes a path challenge to where it came from: as large as the challenge, so never
+    /// more than that address sent.
+    fn answer_challenge(&mut self, to: SocketAddr, data: u64, out: &mut Outputs) {
+        let before = out.transmits.len();
+        send_connection(out, to, &Control::PathResponse { data }, self.state.connection_mut());
+        if let Some(p) = self.probe.as_mut().filter(|p| p.addr == to) {
+            p.sent += out.transmits.iter().skip(before).map(|t| t.payload.len() as u64).sum::<u64>();
+        }
+    }
+
+    /// A path response from `from`: the echo of the probe's challenge from the probed
+    /// address moves the connection there.
+    fn on_path_response(&mut self, from: SocketAddr, data: u64, out: &mut Outputs) {
+        if !self.probe.as_ref().is_some_and(|p| p.addr == from && p.challenge == data) {
+            return;
+        }
+        self.probe = None;
+        let old = std::mem::replace(&mut self.remote, from);
+        out.event(Event::AddressChanged { peer: self.id, old, new: from });
+    }
+
+    /// Sends the probe's challenge, if one may go now.
+    fn challenge(&mut self, now: Time, out: &mut Outputs) {
+        let extra = if self.keys.secure().is_some() { wire::secure::TAG_LEN } else { 0 };
+        let size = wire::PATH_DATAGRAM + extra;
+        let resend = self.state.session().map_or(self.settings.config.connect_retry, |s| s.transfer.rto());
+        let Self { probe: Some(p), state, .. } = self else { return };
+        if !p.may_challenge(now, size, resend) {
+            return;
+        }
+        let before = out.transmits.len();
+        send_connection(out, p.addr, &Control::PathChallenge { data: p.challenge }, state.connection_mut());
+        let sent: usize = out.transmits.iter().skip(before).map(|t| t.payload.len()).sum();
+        debug_assert_eq!(sent, size, "a challenge's size is known before it is sent");
+        p.challenged(now, sent);
     }
 
     /// A request (with its connect data; none in a `RequestAck`) from this peer's address.

@@ -114,6 +114,7 @@
 
 mod driver;
 mod link;
+mod nat;
 mod rng;
 mod stall;
 mod trace;
@@ -131,6 +132,7 @@ use rand_pcg::Pcg64Mcg;
 use crate::{ConfigError, Event, Host, HostConfig};
 use link::LinkState;
 pub use link::{BurstLoss, Fate, LinkConditions, LinkStats, REPLAY_HISTORY};
+pub use nat::{Nat, NatKind, NatStats};
 #[cfg(test)]
 pub(crate) use rng::SplitMix64;
 pub use rng::seeded_rng;
@@ -205,6 +207,8 @@ struct Wires {
     next_seq: u64,
     trace: Option<Vec<TraceRecord>>,
     tap: Option<Vec<TapRecord>>,
+    /// The NATs in front of hosts (`nat.rs`).
+    nats: nat::Nats,
 }
 
 /// A deterministic network of hosts. See the [module docs](self).
@@ -242,6 +246,7 @@ impl Network {
                 next_seq: 0,
                 trace: None,
                 tap: None,
+                nats: nat::Nats::default(),
             },
             hosts: BTreeMap::new(),
         }
@@ -543,11 +548,20 @@ impl Network {
     /// [`Host::handle_datagram`]. Datagrams due at the same instant come in the order they
     /// were sent. [`Network::step`] takes them itself, for the hosts the network holds.
     pub fn pop_arrival(&mut self) -> Option<Arrival> {
-        let Reverse(next) = self.wires.scheduled.peek()?;
-        if next.at > self.wires.now {
-            return None;
+        loop {
+            let Reverse(next) = self.wires.scheduled.peek()?;
+            if next.at > self.wires.now {
+                return None;
+            }
+            let Reverse(s) = self.wires.scheduled.pop()?;
+            if self.wires.nats.is_empty() {
+                return Some(s.arrival);
+            }
+            // To a NAT's public address: to the host behind it, if the NAT lets it through.
+            if let Some(to) = self.wires.nats.inbound(s.arrival.from, s.arrival.to, self.wires.now) {
+                return Some(Arrival { to, ..s.arrival });
+            }
         }
-        self.wires.scheduled.pop().map(|Reverse(s)| s.arrival)
     }
 
     /// Offers every datagram `host`, a host of your own at `from`, has to send to the links
@@ -667,6 +681,8 @@ impl Wires {
 
     fn route(&mut self, from: SocketAddr, host: &mut Host) {
         while let Some(t) = host.poll_transmit() {
+            // Behind a NAT, a datagram leaves from the public address it maps to.
+            let from = if self.nats.is_empty() { from } else { self.nats.outbound(from, t.remote, self.now) };
             self.carry(from, t.remote, t.payload);
         }
     }

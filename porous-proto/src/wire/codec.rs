@@ -60,6 +60,13 @@ impl<'a> Reader<'a> {
         self.uint(4, field)
     }
 
+    /// A little-endian `u64`.
+    pub(crate) fn u64(&mut self, field: Field) -> Result<u64, DecodeError> {
+        let low = self.u32(field)?;
+        let high = self.u32(field)?;
+        Ok(u64::from(high) << 32 | u64::from(low))
+    }
+
     /// A canonical varint no larger than `u32::MAX`.
     pub(crate) fn varint(&mut self, field: Field) -> Result<u32, DecodeError> {
         let mut value: u64 = 0;

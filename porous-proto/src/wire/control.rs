@@ -10,6 +10,12 @@
 //! | `0x85` | challenge | 16-byte cookie | [`Key::reply`] |
 //! | `0x86` | disconnection request | `code: varint` | [`Key::connection`] |
 //! | `0x87` | disconnection acknowledgement | empty | [`Key::connection`] |
+//! | `0x88` | path challenge | `data: u64` | [`Key::connection`] |
+//! | `0x89` | path response | `data: u64` | [`Key::connection`] |
+//!
+//! A path challenge asks whoever receives it at a new address of the connection to echo
+//! its 8 random bytes in a path response: the address proves it receives (`docs/protocol.md`,
+//! address change). Both are 13 bytes, so answering one never sends more than came in.
 //!
 //! Every reply is keyed with the nonce of the request it answers, so only the requester
 //! (who alone knows its nonce, barring an on-path observer) accepts it: an acknowledgement
@@ -47,6 +53,9 @@ use super::{CHECK_LEN, DecodeError, Field, Key, MAX_MTU, MIN_MTU, check};
 /// Every connection request is padded to at least this many bytes (type and check
 /// included), the size of the largest pre-connection reply.
 pub const REQUEST_SIZE: usize = 64;
+/// Length of a path challenge or response in plain mode (type, 8 bytes, check); sealed,
+/// 16 bytes more.
+pub const PATH_DATAGRAM: usize = 1 + 8 + CHECK_LEN;
 /// Length of a challenge cookie.
 pub const COOKIE_LEN: usize = 16;
 /// Most bytes of connect data a request may carry (see [`Control::Request`]).
@@ -200,6 +209,17 @@ pub enum Control<'a> {
     },
     /// Acknowledges a disconnection request.
     DisconnectAck,
+    /// Asks the receiver to echo `data` (random) in a [`Control::PathResponse`]: sent to a
+    /// new address of the connection's remote, which must prove it receives there.
+    PathChallenge {
+        /// The value to echo.
+        data: u64,
+    },
+    /// Echoes the `data` of a [`Control::PathChallenge`].
+    PathResponse {
+        /// The challenge's value.
+        data: u64,
+    },
 }
 
 pub(crate) const T_REQUEST: u8 = 0x80;
@@ -210,6 +230,8 @@ pub(crate) const T_REFUSE: u8 = 0x84;
 pub(crate) const T_CHALLENGE: u8 = 0x85;
 pub(crate) const T_DISCONNECT: u8 = 0x86;
 pub(crate) const T_DISCONNECT_ACK: u8 = 0x87;
+pub(crate) const T_PATH_CHALLENGE: u8 = 0x88;
+pub(crate) const T_PATH_RESPONSE: u8 = 0x89;
 
 impl<'a> Control<'a> {
     /// A connection request without connect data.
@@ -229,6 +251,8 @@ impl<'a> Control<'a> {
             Self::Challenge(c) => Control::Challenge(c),
             Self::Disconnect { code } => Control::Disconnect { code },
             Self::DisconnectAck => Control::DisconnectAck,
+            Self::PathChallenge { data } => Control::PathChallenge { data },
+            Self::PathResponse { data } => Control::PathResponse { data },
         }
     }
 
@@ -253,6 +277,7 @@ impl<'a> Control<'a> {
             }
             Self::Challenge(cookie) => out.put_slice(&cookie.0),
             Self::Disconnect { code } => put_varint(out, *code),
+            Self::PathChallenge { data } | Self::PathResponse { data } => out.put_u64_le(*data),
             Self::Ack | Self::DisconnectAck => {}
         }
     }
@@ -276,6 +301,8 @@ impl<'a> Control<'a> {
             }
             T_DISCONNECT => Self::Disconnect { code: r.varint(Field::Code)? },
             T_DISCONNECT_ACK => Self::DisconnectAck,
+            T_PATH_CHALLENGE => Self::PathChallenge { data: r.u64(Field::PathData)? },
+            T_PATH_RESPONSE => Self::PathResponse { data: r.u64(Field::PathData)? },
             other => return Err(DecodeError::UnknownType(other)),
         };
         if !r.is_empty() {
@@ -294,6 +321,8 @@ impl<'a> Control<'a> {
             Self::Challenge(_) => T_CHALLENGE,
             Self::Disconnect { .. } => T_DISCONNECT,
             Self::DisconnectAck => T_DISCONNECT_ACK,
+            Self::PathChallenge { .. } => T_PATH_CHALLENGE,
+            Self::PathResponse { .. } => T_PATH_RESPONSE,
         }
     }
 

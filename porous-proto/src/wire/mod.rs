@@ -3,7 +3,7 @@
 //! A datagram is `type: u8`, a body, and a 4-byte integrity check (see [`Key`]). The type
 //! byte says which of two families it belongs to:
 //!
-//! - **control** (`0x80..=0x87`, [`Control`]): the handshake and disconnection;
+//! - **control** (`0x80..=0x89`, [`Control`]): the handshake, disconnection and path validation;
 //! - **connection** (high bit clear, [`Data`]): one data frame and/or acknowledgements and
 //!   pings, in the same datagram whenever they are due together.
 //!
@@ -26,8 +26,8 @@ pub use check::Key;
 pub use crate::config::{MAX_MTU, MIN_MTU};
 pub(crate) use check::PlainKey;
 pub use control::{
-    COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, MAX_REQUEST, REQUEST_OVERHEAD_MAX,
-    REQUEST_SIZE, RefuseReason, UNORDERED_MAX,
+    COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, MAX_REQUEST, PATH_DATAGRAM,
+    REQUEST_OVERHEAD_MAX, REQUEST_SIZE, RefuseReason, UNORDERED_MAX,
 };
 pub use data::{
     ACK_DELAY_UNIT, AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, FixedRefs, MAX_ACK_RANGES, Messages,
@@ -82,7 +82,7 @@ pub fn peek_type(datagram: &[u8]) -> Result<u8, DecodeError> {
         if (ty & 0x40 != 0 && ty & 0x01 != 0) || (ty & 0x40 == 0 && ty & 0x30 != 0) {
             return Err(DecodeError::ReservedBits(Field::Type));
         }
-    } else if ty > control::T_DISCONNECT_ACK {
+    } else if ty > control::T_PATH_RESPONSE {
         return Err(DecodeError::UnknownType(ty));
     }
     Ok(ty)
@@ -159,6 +159,8 @@ pub enum Field {
     Counter,
     /// A connection datagram's padding (a path MTU probe).
     Padding,
+    /// A path challenge's or response's value.
+    PathData,
 }
 
 impl core::fmt::Display for Field {
@@ -253,13 +255,15 @@ mod tests {
                 }
                 Err(DecodeError::Empty) => assert!(ty == 0 || ty == 0x01, "padding alone carries nothing"),
                 Err(DecodeError::ReservedBits(Field::Type)) => assert!(ty & 0x80 == 0),
-                Err(DecodeError::UnknownType(t)) => assert!(t > 0x87),
+                Err(DecodeError::UnknownType(t)) => assert!(t > 0x89),
                 Err(e) => panic!("unexpected {e:?}"),
             }
         }
         assert_eq!(key_class(0x80), KeyClass::Version);
         assert_eq!(key_class(0x85), KeyClass::Reply);
         assert_eq!(key_class(0x86), KeyClass::Connection);
+        assert_eq!(key_class(0x88), KeyClass::Connection);
+        assert_eq!(key_class(0x89), KeyClass::Connection);
         assert_eq!(peek_type(&[0x82; 4]), Err(DecodeError::TooShort { len: 4 }));
     }
 

@@ -33,7 +33,10 @@ use chacha20::{R20, hchacha};
 
 use super::aead::Cipher;
 use super::codec::Reader;
-use super::control::{T_ACK, T_CHALLENGE, T_DISCONNECT, T_DISCONNECT_ACK, T_REQUEST, T_REQUEST_ACK, read_request};
+use super::control::{
+    T_ACK, T_CHALLENGE, T_DISCONNECT, T_DISCONNECT_ACK, T_PATH_CHALLENGE, T_PATH_RESPONSE, T_REQUEST, T_REQUEST_ACK,
+    read_request,
+};
 use super::{CHECK_LEN, ConnectRequest, Control, DecodeError, Field, WIRE_VERSION};
 
 /// Length of the authentication tag that replaces the 4-byte check.
@@ -57,8 +60,8 @@ pub const SEALED_REQUEST_SIZE: usize = 128;
 pub const MAX_REQUEST_BODY: usize = 160;
 /// Most bytes of a sealed reply's body.
 const MAX_REPLY_BODY: usize = 96;
-/// Most bytes of a connection-layout control datagram's body (a varint).
-const MAX_CONTROL_BODY: usize = 5;
+/// Most bytes of a connection-layout control datagram's body (a path challenge's 8).
+const MAX_CONTROL_BODY: usize = 8;
 /// The type byte of a (sealed) connection request.
 pub const REQUEST_TYPE: u8 = T_REQUEST;
 /// Datagrams a receiver accepts behind the newest one it accepted (the replay window).
@@ -362,7 +365,7 @@ pub(crate) fn open_sealed_control(
     key: &AeadKey,
     n: u64,
 ) -> Result<Control<'static>, DecodeError> {
-    if !matches!(parts.ty, T_ACK | T_DISCONNECT | T_DISCONNECT_ACK) {
+    if !matches!(parts.ty, T_ACK | T_DISCONNECT | T_DISCONNECT_ACK | T_PATH_CHALLENGE | T_PATH_RESPONSE) {
         return Err(DecodeError::UnknownType(parts.ty));
     }
     let mut buf = [0u8; MAX_CONTROL_BODY];
@@ -681,7 +684,13 @@ mod tests {
             bad[1] ^= 1; // the salt is authenticated too
             assert_eq!(open_reply(&bad, &reply_key), Err(DecodeError::BadChecksum));
         }
-        for c in [Control::Ack, Control::Disconnect { code: u32::MAX }, Control::DisconnectAck] {
+        for c in [
+            Control::Ack,
+            Control::Disconnect { code: u32::MAX },
+            Control::DisconnectAck,
+            Control::PathChallenge { data: u64::MAX - 1 },
+            Control::PathResponse { data: 3 },
+        ] {
             let mut out = Vec::new();
             encode_sealed_control(&mut out, &c, &AeadKey::new(KEY), (1 << 32) + 5);
             let parts = SealedParts::split(&out).unwrap();
