@@ -4,7 +4,7 @@
 //! A host behind a [`Nat`] keeps its own (inside) address in the network; its datagrams
 //! leave from a public address the NAT maps it to, and a datagram to that public address
 //! reaches the host only while the mapping lives and the NAT's filter lets the sender
-//! through (RFC 4787's behaviours, in the three kinds of [`NatKind`]). A mapping ends when
+//! through (RFC 4787's behaviours, in the four kinds of [`NatKind`]). A mapping ends when
 //! the host has sent nothing through it for the NAT's idle timeout (inbound traffic does
 //! not keep it, as on most home routers), or at once with [`Network::rebind`]; the host's
 //! next datagram then gets a new public port: the NAT rebinding a connection must survive.
@@ -32,6 +32,10 @@ pub enum NatKind {
     /// common home router): one public port per host, and only IPs the host sent to may
     /// send to it.
     AddressDependent,
+    /// Endpoint-independent mapping, address-and-port-dependent filtering ("port-restricted
+    /// cone"): one public port per host, and only the exact addresses (IP and port) the
+    /// host sent to may send to it.
+    AddressAndPortDependent,
     /// Address-and-port-dependent mapping and filtering ("symmetric"): a public port of its
     /// own for each destination, and only that destination may send to it. Two peers
     /// behind such NATs cannot meet by exchanging addresses: the port a third party saw is
@@ -141,7 +145,7 @@ impl Nats {
                 let allowed = match b.nat.kind {
                     NatKind::EndpointIndependent => true,
                     NatKind::AddressDependent => m.contacted.iter().any(|c| c.ip() == from.ip()),
-                    NatKind::Symmetric => m.contacted.contains(&from),
+                    NatKind::AddressAndPortDependent | NatKind::Symmetric => m.contacted.contains(&from),
                 };
                 live && allowed
             })
