@@ -562,6 +562,8 @@ mod tests {
             Control::Disconnect { code: 0 },
             Control::Disconnect { code: u32::MAX },
             Control::DisconnectAck,
+            Control::PathChallenge { data: 0x0123_4567_89AB_CDEF },
+            Control::PathResponse { data: u64::MAX },
         ]
     }
 
@@ -585,6 +587,8 @@ mod tests {
                 // A reply to a request with the same channels is exactly as large as the
                 // request without connect data: never larger than the request itself.
                 Control::RequestAck(r) => assert_eq!(n, REQUEST_SIZE + r.unordered.wire_len(r.channels)),
+                // A response is exactly as large as the challenge it echoes.
+                Control::PathChallenge { .. } | Control::PathResponse { .. } => assert_eq!(n, PATH_DATAGRAM),
                 _ => assert!(n <= REQUEST_SIZE, "{c:?} is {n} bytes"),
             }
         }
@@ -704,6 +708,14 @@ mod tests {
             Err(DecodeError::NonCanonicalVarint(Field::Code))
         );
         assert_eq!(Control::decode(&sealed(&[T_DISCONNECT, 5, 0], ck), ck), Err(DecodeError::TrailingBytes));
-        assert_eq!(Control::decode(&sealed(&[0x88], rk), rk), Err(DecodeError::UnknownType(0x88)));
+        assert_eq!(
+            Control::decode(&sealed(&[T_PATH_CHALLENGE, 1, 2, 3, 4, 5, 6, 7], ck), ck),
+            Err(DecodeError::Truncated(Field::PathData))
+        );
+        assert_eq!(
+            Control::decode(&sealed(&[T_PATH_RESPONSE, 1, 2, 3, 4, 5, 6, 7, 8, 9], ck), ck),
+            Err(DecodeError::TrailingBytes)
+        );
+        assert_eq!(Control::decode(&sealed(&[0x8A], rk), rk), Err(DecodeError::UnknownType(0x8A)));
     }
 }
