@@ -76,10 +76,11 @@ impl Network {
         }
     }
 
-    /// Carries `t`, sent by the host at `from`, over the link to its destination: what
-    /// [`Network::route`] and [`Network::step`] do with every datagram.
+    /// Carries `t`, sent by the host at `from`, over the link to its destination (from
+    /// the public address its NAT maps it to, if it is behind one: [`Network::set_nat`]):
+    /// what [`Network::route`] and [`Network::step`] do with every datagram.
     pub fn carry(&mut self, from: SocketAddr, t: Transmit) {
-        self.wires.carry(from, t.remote, t.payload);
+        self.wires.send(from, t.remote, t.payload);
     }
 
     /// `a` connects to `b`, both held by the network (with `token` in secure mode), and

@@ -497,7 +497,8 @@ impl Network {
         true
     }
 
-    /// Injects a datagram as if `from` had sent it to `to` now, through the link.
+    /// Injects a datagram as if `from` had sent it to `to` now, through the link (as it is:
+    /// no NAT rewrites it, so a test can put any source address on it).
     pub fn inject(&mut self, from: SocketAddr, to: SocketAddr, payload: Bytes) {
         self.wires.carry(from, to, payload);
     }
@@ -681,10 +682,15 @@ impl Wires {
 
     fn route(&mut self, from: SocketAddr, host: &mut Host) {
         while let Some(t) = host.poll_transmit() {
-            // Behind a NAT, a datagram leaves from the public address it maps to.
-            let from = if self.nats.is_empty() { from } else { self.nats.outbound(from, t.remote, self.now) };
-            self.carry(from, t.remote, t.payload);
+            self.send(from, t.remote, t.payload);
         }
+    }
+
+    /// Carries what the host at `from` sent: behind a NAT, from the public address it
+    /// maps to.
+    fn send(&mut self, from: SocketAddr, to: SocketAddr, payload: Bytes) {
+        let from = if self.nats.is_empty() { from } else { self.nats.outbound(from, to, self.now) };
+        self.carry(from, to, payload);
     }
 
     #[inline]
