@@ -177,7 +177,11 @@ pub enum RefuseReason {
 }
 
 /// A decoded control datagram. Its connect data, if any, borrows from the datagram.
+///
+/// Non-exhaustive: a new kind of control datagram (as path validation's were) is not a
+/// breaking change; a `match` on it keeps a `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Control<'a> {
     /// A connection request.
     Request {
