@@ -580,9 +580,8 @@ impl Host {
             self.census.changed(Some(peer.state()), None);
             self.by_addr.remove(&peer.remote());
             self.by_ip.remove(&(peer.remote().ip(), peer.remote().port()));
-            if let Some(a) = peer.probe_addr() {
-                self.probes.remove(&a);
-            }
+            // Its probe may have ended with the connection: every entry naming the slot goes.
+            self.probes.retain(|_, i| *i != index);
             slot.generation = slot.generation.wrapping_add(1);
             slot.set_scheduled(None);
             self.free.push(index);

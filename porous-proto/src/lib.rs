@@ -61,6 +61,7 @@ mod limits;
 mod listener;
 mod peer;
 mod peer_map;
+pub mod rendezvous;
 pub mod seq;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
