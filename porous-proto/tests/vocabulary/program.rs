@@ -11,7 +11,7 @@ use crate::adapter::{
     AdmissionError, Bytes, ChannelConfig, ConfigError, CongestionControl, CongestionMode, CongestionStats,
     ConnectError, DEFAULT_UNRELIABLE_DEADLINE, DisconnectReason, Event, Host, HostConfig, HostStats, Instant,
     MemoryUsage, Mismatch, PeerConfig, PeerId, PeerMap, PeerState, PeerStats, Priority, SecureConfig, SendError,
-    SendMode, SequenceStart, TransferStats, Transmit, seq, token, wire,
+    SendMode, SequenceStart, TransferStats, Transmit, rendezvous, seq, token, wire,
 };
 
 /// What a server application writes about its events.
@@ -93,5 +93,8 @@ pub(crate) fn run() {
 
     // The wire format and id arithmetic, for tools.
     assert_eq!(wire::MAX_CONNECT_DATA, 256);
+    // Meeting behind NATs: an introducer's messages.
+    let meet = rendezvous::Message::Meet { key: 7 };
+    assert_eq!(rendezvous::Message::decode(&meet.encode()), Ok(meet));
     assert_eq!(seq::SeqSpace::PACKET.bits(), 24);
 }
