@@ -15,8 +15,12 @@ pub struct TransferStats {
     /// Frames considered dropped (by timeout or by later acknowledgements).
     pub frames_lost: u64,
     /// Of those, frames the peer had received after all: their acknowledgement was lost or
-    /// late, not the frame. The congestion model takes such losses back.
+    /// late (a peer's loop that ran late), not the frame. On a path that loses nothing,
+    /// every loss is one of these.
     pub losses_spurious: u64,
+    /// Times the congestion controller's reaction to losses was taken back because every
+    /// loss it reacted to (since its state was last known good) proved spurious.
+    pub congestion_undos: u64,
     /// Frames acknowledged.
     pub frames_acked: u64,
     /// Dropped unreliable frames turned into sentinel frames.

@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p porous-proto --bench netsim` rewrites the document and draws the time
 //! series of its key workloads into `docs/plots/` (`plots.rs`); `-- --print` only prints;
-//! `-- --only NAME` runs and rewrites one section (and draws no plots).
+//! `-- --only NAME[,NAME]` runs and rewrites those sections (and draws no plots).
 //! Under `cargo test --benches` it runs each workload once, briefly, draws the plots in
 //! memory and writes nothing. Simulated time, so the figures do not depend on the machine.
 
@@ -50,6 +50,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// What makes one table of the document.
+type MakeTable = dyn Fn(&Scale) -> String;
 
 pub(crate) const MODEL: CongestionControl = CongestionControl::Model;
 pub(crate) const AIMD: CongestionControl = CongestionControl::Aimd;
@@ -198,6 +201,66 @@ fn beside_table(s: &Scale) -> String {
     t
 }
 
+/// Issue 32: a 60 Hz reliable stream over a lossless path while one side's loop stalls
+/// 5-20 ms about every 200 ms: the frames each side declared lost, resent, and found
+/// spurious, as a share of the frames it sent (every one is spurious: the path loses
+/// nothing).
+fn stalls_table(s: &Scale) -> String {
+    let mut t = String::from(
+        "| stream | loop late | client: lost / resent / found spurious | server: lost / resent / found spurious | undone |\n\
+         |---|---|---:|---:|---:|\n",
+    );
+    let secs = (s.ticks / 30).max(4);
+    for both_ways in [false, true] {
+        for (side, host) in [("none", None), ("server", Some(workloads::addr(2))), ("client", Some(workloads::addr(1)))]
+        {
+            let runs: Vec<_> = (1..=s.seeds)
+                .map(|seed| {
+                    workloads::stalled_stream(
+                        seed,
+                        host.map(|h| (h, porous_proto::sim::Stalls::busy())),
+                        both_ways,
+                        secs,
+                    )
+                })
+                .collect();
+            let pct = |f: &dyn Fn(&workloads::Stalled) -> (u64, u64)| {
+                summary(
+                    runs.iter()
+                        .map(|r| {
+                            let (n, of) = f(r);
+                            n as f64 * 100.0 / of.max(1) as f64
+                        })
+                        .collect(),
+                    2,
+                )
+            };
+            let side_cell = |get: &dyn Fn(&workloads::Stalled) -> porous_proto::TransferStats| {
+                if median(runs.iter().map(|r| get(r).frames_sent as f64).collect()) < 100.0 {
+                    return "(acknowledgements only)".to_string();
+                }
+                format!(
+                    "{}% / {}% / {}%",
+                    pct(&|r| (get(r).frames_lost, get(r).frames_sent)),
+                    pct(&|r| (get(r).frames_resent, get(r).frames_sent)),
+                    pct(&|r| (get(r).losses_spurious, get(r).frames_sent)),
+                )
+            };
+            let undone = summary(
+                runs.iter().map(|r| (r.client.congestion_undos + r.server.congestion_undos) as f64).collect(),
+                0,
+            );
+            t += &format!(
+                "| {} | {side} | {} | {} | {undone} |\n",
+                if both_ways { "both ways" } else { "client to server" },
+                side_cell(&|r| r.client),
+                side_cell(&|r| r.server),
+            );
+        }
+    }
+    t
+}
+
 /// What makes one section's table.
 type Table = dyn Fn(&Scale) -> String;
 
@@ -205,7 +268,7 @@ fn main() {
     let s = scale();
     let print_only = std::env::args().any(|a| a == "--print") || s.seeds == 1;
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
-    let all: [(&str, &Table); 7] = [
+    let all: [(&str, &Table); 8] = [
         ("netsim", &|_| workloads::presets::table()),
         ("loss", &loss_table),
         ("share", &share_table),
@@ -213,10 +276,11 @@ fn main() {
         ("game", &game_table),
         ("beside", &beside_table),
         ("pmtu", &pmtu::table),
+        ("stalls", &stalls_table),
     ];
     let sections: Vec<(&str, String)> = all
         .iter()
-        .filter(|(name, _)| only.as_deref().is_none_or(|o| o == *name))
+        .filter(|(name, _)| only.as_deref().is_none_or(|o| o.split(',').any(|n| n == *name)))
         .map(|(name, table)| (*name, table(&s)))
         .collect();
     for (name, table) in &sections {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use porous_proto::sim::{LinkConditions, Network};
+use porous_proto::sim::{LinkConditions, Network, Stalls};
 use porous_proto::{CongestionControl, Event, HostConfig, PeerId, PeerStats, SendMode};
 
 pub(crate) const MS: Duration = Duration::from_millis(1);
@@ -630,4 +630,49 @@ pub(crate) fn splice(doc: &str, name: &str, content: &str) -> String {
         panic!("docs/simulated.md lacks the {name} markers");
     };
     format!("{}{}{}", &doc[..b + begin.len()], content, &doc[e..])
+}
+
+/// A side's transfer counters at the end of a run.
+pub(crate) fn transfer(net: &Network, host: SocketAddr, peer: PeerId) -> porous_proto::TransferStats {
+    net.host(host).peer_stats(peer).map(|s| s.transfer).unwrap_or_default()
+}
+
+/// What a stream over a lossless path measured while a loop stalled: each side's
+/// transfer counters (on a lossless path every loss and every resend is spurious).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stalled {
+    pub(crate) client: porous_proto::TransferStats,
+    pub(crate) server: porous_proto::TransferStats,
+}
+
+/// Issue 32: a 60 Hz reliable stream for `secs` seconds over a lossless 25 ms path, from
+/// the client (a) to the server (b), and back as well when `both_ways`; the loop of the
+/// host `stalling` (if any) late as its [`Stalls`] say ([`Stalls::busy`]: 5 to 20 ms
+/// about every 200 ms). An application shares its host's loop: while the loop is stalled
+/// it sends nothing, and it catches up on the ticks it missed when the loop resumes.
+pub(crate) fn stalled_stream(seed: u64, stalling: Option<(SocketAddr, Stalls)>, both_ways: bool, secs: u32) -> Stalled {
+    let cfg = config(CongestionControl::default(), true);
+    let c = link(0.0, 0, 0);
+    let (mut net, pa, pb) = pair(seed, c, c, &cfg);
+    let (a, b) = (addr(1), addr(2));
+    if let Some((host, stalls)) = stalling {
+        net.set_stalls(host, Some(stalls));
+    }
+    let tick = Duration::from_micros(16_667);
+    let mut due = [0u32; 2];
+    let senders: &[(SocketAddr, PeerId, usize)] = if both_ways { &[(a, pa, 32), (b, pb, 50)] } else { &[(a, pa, 32)] };
+    for _ in 0..secs * 60 {
+        for (i, &(host, peer, len)) in senders.iter().enumerate() {
+            due[i] += 1;
+            while due[i] > 0 && !net.is_stalled(host) {
+                net.host_mut(host).send(peer, 0, Bytes::from(vec![7; len]), SendMode::Reliable).expect("send");
+                due[i] -= 1;
+            }
+        }
+        net.run_for(tick, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
+    }
+    net.set_stalls(a, None);
+    net.set_stalls(b, None);
+    net.run_for(5 * SEC, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
+    Stalled { client: transfer(&net, a, pa), server: transfer(&net, b, pb) }
 }

@@ -34,6 +34,10 @@ pub(crate) enum State {
     InFlight,
     Lost,
     Done,
+    /// Declared lost and given up (an unreliable frame, or one whose reliable messages
+    /// repair copies delivered): done, but a late acknowledgement of it still proves its
+    /// loss spurious.
+    GivenUp,
     /// An id deliberately never sent: an acknowledgement for it proves the peer
     /// acknowledges frames it never received.
     Skipped,
@@ -136,11 +140,22 @@ pub(crate) enum Outcome {
     /// Acknowledged: `size` bytes left the flight. `sent_once` is the send time of a frame
     /// transmitted exactly once (a clean round-trip sample), with its serial; `delivery`
     /// and `sent_at` describe the latest transmission, for the delivery rate. `was_lost`:
-    /// the frame had been declared lost and was waiting for its resend (so it was an
-    /// earlier transmission that arrived: the loss was spurious).
-    Acked { size: usize, sent_once: Option<(u64, Time)>, delivery: SendState, sent_at: Time, was_lost: bool },
+    /// the frame had been declared lost and was waiting for its resend; `early`: it was
+    /// resent, sooner before this acknowledgement than any round trip. Either way an
+    /// earlier transmission arrived: the loss was spurious.
+    Acked {
+        size: usize,
+        sent_once: Option<(u64, Time)>,
+        delivery: SendState,
+        sent_at: Time,
+        was_lost: bool,
+        early: bool,
+    },
     /// Dropped and discarded (an unreliable frame).
     Discarded,
+    /// A frame given up after it was declared lost was acknowledged after all: the loss
+    /// was spurious. Nothing else changes (it left the flight when given up).
+    LateAck,
     /// Dropped and now waiting to be resent; unreliable messages were stripped.
     ToResend,
     /// A dropped unreliable frame, now an empty reliable sentinel frame waiting to be sent.
@@ -191,6 +206,17 @@ impl InFlight {
         self.frames.capacity() * size_of::<Frame>()
             + self.store.capacity() * size_of::<Option<OutMessage>>()
             + self.sent.capacity() * size_of::<Sent>()
+    }
+
+    /// The serial the next transmission gets: every transmission numbered from it on
+    /// was made after now.
+    pub(crate) fn next_serial(&self) -> u64 {
+        self.next_serial
+    }
+
+    /// Whether a transmission numbered `serial` or later has been acknowledged.
+    pub(crate) fn acked_since(&self, serial: u64) -> bool {
+        self.largest_acked_serial.is_some_and(|l| l >= serial)
     }
 
     /// `k_b`: the oldest frame not done, or the next id when none is outstanding.
@@ -360,7 +386,7 @@ impl InFlight {
         }
         let mut cumulative = 0;
         for f in &self.frames {
-            if f.state == State::Done {
+            if matches!(f.state, State::Done | State::GivenUp) {
                 continue;
             }
             cumulative += f.bytes();
@@ -391,15 +417,30 @@ impl InFlight {
         f.set_delivery(delivery);
     }
 
-    /// Handles an acknowledgement of `id`. Returns `None` when the id is not an outstanding
-    /// frame (already done, or never sent: see [`InFlight::is_unsent`]). Calls `release`
-    /// with every message of the frame.
-    pub(crate) fn ack(&mut self, id: u32, mut release: impl FnMut(&OutMessage)) -> Option<Outcome> {
+    /// Handles an acknowledgement of `id` at `now`, `min_rtt` being the shortest round trip
+    /// seen. Returns `None` when the id is not an outstanding frame (already done, or never
+    /// sent: see [`InFlight::is_unsent`]). Calls `release` with every message of the frame.
+    ///
+    /// An acknowledgement that comes sooner after a resend than any round trip reports an
+    /// earlier transmission, not the resend: it does not count as the resend's delivery for
+    /// the reordering rule (RFC 8985 §6.2 skips it so), or every transmission made before
+    /// the resend would count as overtaken, each spurious resend making the next.
+    pub(crate) fn ack(
+        &mut self,
+        id: u32,
+        now: Time,
+        min_rtt: Option<Duration>,
+        mut release: impl FnMut(&OutMessage),
+    ) -> Option<Outcome> {
         let i = self.index(id)?;
         let f = self.frames.get_mut(i)?;
         let was_lost = f.state == State::Lost;
         match f.state {
             State::Done => return None,
+            State::GivenUp => {
+                f.state = State::Done;
+                return Some(Outcome::LateAck);
+            }
             State::Skipped => return Some(Outcome::Skipped),
             State::InFlight => {}
             State::Lost => self.lost -= 1,
@@ -407,6 +448,7 @@ impl InFlight {
         self.live -= 1;
         let acked_serial = f.serial;
         let sent_once = f.sent_once().then_some((f.serial, f.sent_at));
+        let early = sent_once.is_none() && min_rtt.is_some_and(|m| now.saturating_duration_since(f.sent_at) < m);
         let (delivery, sent_at) = (f.delivery(), f.sent_at);
         f.state = State::Done;
         let size = f.bytes();
@@ -416,7 +458,7 @@ impl InFlight {
         if self.largest_acked.is_none_or(|l| s.is_newer(id, l)) {
             self.largest_acked = Some(id);
         }
-        if self.largest_acked_serial.is_none_or(|l| acked_serial > l) {
+        if !early && self.largest_acked_serial.is_none_or(|l| acked_serial > l) {
             self.largest_acked_serial = Some(acked_serial);
         }
         // A repair copy delivered its original too: release it, so that the original's
@@ -437,7 +479,7 @@ impl InFlight {
                 }
             }
         }
-        Some(Outcome::Acked { size, sent_once, delivery, sent_at, was_lost })
+        Some(Outcome::Acked { size, sent_once, delivery, sent_at, was_lost, early })
     }
 
     /// Whether `id` was never sent: at or beyond `next`, within half the space.
@@ -540,7 +582,7 @@ impl InFlight {
         } else {
             self.flight -= old;
             if let Some(f) = self.frames.get_mut(i) {
-                f.state = State::Done;
+                f.state = State::GivenUp;
             }
             self.live -= 1;
             Outcome::Discarded
@@ -550,7 +592,7 @@ impl InFlight {
 
     /// Pops done frames off the front, advancing `k_b`, and frees their messages.
     pub(crate) fn pop_done(&mut self) {
-        while self.frames.front().is_some_and(|f| matches!(f.state, State::Done | State::Skipped)) {
+        while self.frames.front().is_some_and(|f| matches!(f.state, State::Done | State::GivenUp | State::Skipped)) {
             if let Some(f) = self.frames.pop_front() {
                 self.k_b = SeqSpace::FRAME.add(f.id, 1);
                 while self.store_base < f.msgs().end {
@@ -604,7 +646,7 @@ mod tests {
             app_limited: true,
         };
         let id = q.push(0, true, 100, base, state);
-        let Some(Outcome::Acked { delivery, sent_at, .. }) = q.ack(id, |_| {}) else { panic!("acked") };
+        let Some(Outcome::Acked { delivery, sent_at, .. }) = q.ack(id, base, None, |_| {}) else { panic!("acked") };
         assert_eq!((delivery, sent_at), (state, base));
         assert_eq!((size_of::<Frame>(), align_of::<Frame>()), (64, 64), "a frame is one cache line");
     }
@@ -629,11 +671,14 @@ mod tests {
         assert_eq!((a, b, c), (u32::MAX - 1, u32::MAX, 0));
         assert_eq!(q.flight(), 400);
         let mut released = 0;
-        assert!(matches!(q.ack(b, |_| released += 1), Some(Outcome::Acked { size: 200, sent_once: Some((1, _)), .. })));
-        assert!(q.ack(b, |_| released += 1).is_none(), "acknowledged once");
+        assert!(matches!(
+            q.ack(b, t, None, |_| released += 1),
+            Some(Outcome::Acked { size: 200, sent_once: Some((1, _)), .. })
+        ));
+        assert!(q.ack(b, t, None, |_| released += 1).is_none(), "acknowledged once");
         q.pop_done();
         assert_eq!(q.base(), a, "b is done but a still holds the window");
-        q.ack(a, |_| released += 1);
+        q.ack(a, t, None, |_| released += 1);
         q.pop_done();
         assert_eq!((q.base(), released, q.flight()), (c, 3, 100));
         assert!(q.is_unsent(1) && !q.is_unsent(c));
@@ -647,7 +692,7 @@ mod tests {
         let ids: Vec<u32> = (0..6).map(|i| frame(&mut q, &[SendMode::Reliable], t + i * ms)).collect();
         // Frame 3 is acknowledged: 0, 1 and 2 were overtaken, but reordering within the
         // 10 ms window is not loss.
-        q.ack(ids[3], |_| {});
+        q.ack(ids[3], t, None, |_| {});
         let mut lost = Vec::new();
         q.detect_losses(t + 5 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
         assert!(lost.is_empty());
@@ -662,6 +707,32 @@ mod tests {
         lost.clear();
         q.detect_losses(t + 104 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
         assert_eq!(lost, [4], "5 was sent later than 4 ms");
+    }
+
+    #[test]
+    fn an_early_acknowledgement_of_a_resend_overtakes_nothing() {
+        let t = Time::ZERO;
+        let ms = Duration::from_millis(1);
+        let state = SendState { delivered: 0, delivered_at: t, first_sent_at: t, app_limited: false };
+        let mut q = InFlight::new(0);
+        let a = frame(&mut q, &[SendMode::Reliable], t);
+        let b = frame(&mut q, &[SendMode::Reliable], t + 20 * ms);
+        // a times out and is resent; its first transmission's acknowledgement comes 10 ms
+        // after the resend, sooner than any round trip (50 ms): it reports the first.
+        let mut lost = Vec::new();
+        q.detect_losses(t + 60 * ms, 60 * ms, 10 * ms, |q, id| {
+            q.drop_frame(id, false, |_| {}, |_, _| 100);
+            lost.push(id);
+        });
+        assert_eq!(lost, [a]);
+        q.resent(a, 100, t + 60 * ms, state);
+        let ack = q.ack(a, t + 70 * ms, Some(50 * ms), |_| {});
+        assert!(matches!(ack, Some(Outcome::Acked { early: true, was_lost: false, .. })));
+        // b, sent before the resend and still on its way, is not overtaken by it.
+        assert_eq!(q.oldest_send(), Some((t + 20 * ms, false)));
+        q.detect_losses(t + 75 * ms, 60 * ms, 10 * ms, |_, id| lost.push(id));
+        assert_eq!(lost, [a], "b is not lost");
+        let _ = b;
     }
 
     #[test]
@@ -697,14 +768,14 @@ mod tests {
         let c = frame(&mut q, &[SendMode::Reliable], t);
         assert_eq!((a, c), (100, 102), "101 was skipped");
         assert_eq!(q.outstanding(), 2);
-        assert!(matches!(q.ack(101, |_| {}), Some(Outcome::Skipped)));
+        assert!(matches!(q.ack(101, t, None, |_| {}), Some(Outcome::Skipped)));
         let mut released = 0;
-        q.ack(a, |_| released += 1);
+        q.ack(a, t, None, |_| released += 1);
         q.pop_done();
         // The skipped id pops with a, and c's message is still held.
         assert_eq!(q.base(), c);
         assert_eq!(q.messages(&q.get(c).unwrap().msgs()).count(), 1);
-        q.ack(c, |_| released += 1);
+        q.ack(c, t, None, |_| released += 1);
         q.pop_done();
         assert_eq!((released, q.outstanding()), (2, 0));
     }

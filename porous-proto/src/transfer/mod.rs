@@ -50,7 +50,7 @@ use crate::wire::{
     ack_delay_len,
 };
 use acks::{Cadence, MAX_RANGES, Receiver};
-use congestion::{AckEvent, Controller, Limits, Path};
+use congestion::{AckEvent, Controller, Limits, Path, Reaction};
 use delivery::Delivery;
 pub(crate) use inflight::SPAN_COST;
 use inflight::{Frame, InFlight, Outcome};
@@ -232,6 +232,28 @@ pub(crate) struct Transfer {
     /// its inputs change (a frame sent, a frame received) rather than recomputed from
     /// `Time`s at each of the several reads a datagram makes.
     rto_hold: Nanos,
+    /// The losses declared since the congestion state was last known good, and that
+    /// state: taken back if they all prove spurious (see [`Episode`]).
+    episode: Option<Episode>,
+}
+
+/// A run of declared losses whose congestion reaction may yet be taken back, as F-RTO
+/// (RFC 5682) and Eifel (RFC 3522) take back a timeout's: it opens with the first loss
+/// declared while none is open, keeping the controller's state from just before; every
+/// later loss joins it. If each of its losses proves spurious (the frame's first
+/// transmission is acknowledged after all: a peer's loop ran late, its acknowledgement
+/// was late), the controller's reaction is undone ([`TransferStats::congestion_undos`]).
+/// Once a transmission made after its latest loss is acknowledged with some of them
+/// still unproven, they were real (a late acknowledgement of an earlier transmission
+/// comes before that of a later one) and the episode closes as it stands.
+#[derive(Clone, Copy, Debug)]
+struct Episode {
+    before: Reaction,
+    /// Losses declared, and of those, proved spurious.
+    lost: u32,
+    spurious: u32,
+    /// The serial of the first transmission made after its latest loss.
+    after: u64,
 }
 
 /// The largest message repair copies: small reliable messages are what a lost datagram
@@ -293,6 +315,7 @@ impl Transfer {
             probe_at: None,
             last_sent: None,
             rto_hold: Nanos::default(),
+            episode: None,
             mtu: cfg.mtu,
             shared: cfg.shared,
         }
@@ -819,7 +842,8 @@ impl Transfer {
     }
 
     /// Handles everything of a verified datagram but its messages: the ping, its echo and
-    /// the acknowledgements.
+    /// the acknowledgements. What the acknowledgements reveal as lost is found at the next
+    /// flush, once every datagram received meanwhile has been handled.
     pub(crate) fn on_datagram(&mut self, now: Time, data: &Data<'_>, len: usize) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += len as u64;
@@ -839,7 +863,7 @@ impl Transfer {
         if let Some(sample) = data.ping_ack.and_then(|id| self.ping.on_echo(now, id)) {
             // An echo that waited, waited with the acknowledgement of the frame its ping
             // came with: the reported delay is its wait as well.
-            self.rtt.on_delayed_sample(sample, held);
+            self.rtt.on_delayed_sample(now, sample, held);
         }
         // The newest frame acknowledged here that was sent only once gives an RTT sample;
         // when it is the newest the peer acknowledges, the peer said how long it held it.
@@ -858,7 +882,7 @@ impl Transfer {
                 if held <= acks::MAX_ACK_DELAY {
                     self.rtt.on_ack_delay(held);
                 }
-                self.rtt.on_delayed_sample(sample, held);
+                self.rtt.on_delayed_sample(now, sample, held);
             } else {
                 self.rtt.on_sample(sample);
             }
@@ -874,8 +898,12 @@ impl Transfer {
                 spurious,
             };
             self.cc.on_ack(now, &ack, self.path());
+            self.close_episode();
         }
-        self.detect_losses(now);
+        // No loss detection here: it runs once per batch of datagrams, at the next flush
+        // ([`Transfer::on_timeout`]). A loop that ran late hands over its whole backlog
+        // at once; judged after the first datagram, frames whose acknowledgements wait
+        // further down the backlog would be declared lost (and resent) for nothing.
         self.inflight.pop_done();
     }
 
@@ -905,9 +933,14 @@ impl Transfer {
             let id = s.add(base, i as u32);
             let queued = &mut self.queued;
             // A skipped id in range was counted above.
-            if let Some(Outcome::Acked { size, sent_once, delivery, sent_at, was_lost }) =
-                self.inflight.ack(id, |m| release(queued, m))
-            {
+            let outcome = self.inflight.ack(id, now, min_rtt, |m| release(queued, m));
+            if let Some(Outcome::LateAck) = outcome {
+                self.stats.losses_spurious += 1;
+                if let Some(e) = &mut self.episode {
+                    e.spurious += 1;
+                }
+            }
+            if let Some(Outcome::Acked { size, sent_once, delivery, sent_at, was_lost, early }) = outcome {
                 self.cc.on_frame_acked(now, size, path);
                 if self.pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) {
                     self.pmtu.on_large_acked();
@@ -915,10 +948,12 @@ impl Transfer {
                 self.delivery.on_acked(now, size, delivery, sent_at);
                 self.stats.frames_acked += 1;
                 acked += size;
-                let early = sent_once.is_none() && min_rtt.is_some_and(|m| now.saturating_duration_since(sent_at) < m);
                 if was_lost || early {
                     spurious += size;
                     self.stats.losses_spurious += 1;
+                    if let Some(e) = &mut self.episode {
+                        e.spurious += 1;
+                    }
                 }
                 if let Some((serial, sent)) = sent_once.filter(|s| newest.is_none_or(|n| s.0 > n.0)) {
                     *newest = Some((serial, sent, id));
@@ -928,11 +963,26 @@ impl Transfer {
         (acked, spurious)
     }
 
+    /// Undoes the congestion reaction of the open loss episode if every one of its losses
+    /// proved spurious, or closes it once a transmission made after its latest loss has
+    /// been acknowledged (see [`Episode`]).
+    fn close_episode(&mut self) {
+        let Some(e) = self.episode else { return };
+        if e.spurious >= e.lost {
+            self.cc.undo(e.before);
+            self.stats.congestion_undos += 1;
+            self.episode = None;
+        } else if self.inflight.acked_since(e.after) {
+            self.episode = None;
+        }
+    }
+
     fn detect_losses(&mut self, now: Time) {
         let spacing = self.shared.sentinel_spacing;
         let path = self.path();
         let window = self.reorder_window();
-        let (queued, stats, cc, pmtu) = (&mut self.queued, &mut self.stats, &mut self.cc, &mut self.pmtu);
+        let (queued, stats, cc, pmtu, episode) =
+            (&mut self.queued, &mut self.stats, &mut self.cc, &mut self.pmtu, &mut self.episode);
         self.inflight.detect_losses(now, path.rto, window, |q, id| {
             let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
             let size = q.get(id).map_or(0, Frame::bytes);
@@ -950,6 +1000,10 @@ impl Transfer {
             );
             if let Some(outcome) = stripped {
                 stats.frames_lost += 1;
+                let e =
+                    episode.get_or_insert_with(|| Episode { before: cc.reaction(), lost: 0, spurious: 0, after: 0 });
+                e.lost += 1;
+                e.after = q.next_serial();
                 match outcome {
                     Outcome::Sentinel => stats.sentinel_frames += 1,
                     Outcome::Discarded => stats.frames_unacknowledged += 1,

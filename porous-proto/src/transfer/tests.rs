@@ -15,6 +15,7 @@ use crate::sim::SplitMix64;
 use crate::wire::{Expand, SendMode};
 
 const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
 
 /// Every explicit packet id is sent wide; these tests do not exercise channels.
 struct Wide;
@@ -454,6 +455,86 @@ fn a_one_way_stream_is_acknowledged_every_second_frame_without_spurious_resends(
     assert!(u64::from(acks) <= s.frames_sent * 6 / 10, "{acks} acknowledgements for {} frames", s.frames_sent);
     assert_eq!((s.frames_lost, s.frames_resent), (0, 0), "no resend on a lossless link: {s:?}");
     assert!(a.is_idle(), "everything acknowledged");
+}
+
+#[test]
+fn losses_are_judged_once_a_whole_batch_of_datagrams_is_handled() {
+    // Two frames, acknowledged by two datagrams of the peer that arrive together (a loop
+    // that ran late handles its backlog at once). The first makes the resend timeout
+    // short (it is the first round-trip sample, and the peer reports holding it long);
+    // the second acknowledges the second frame. Judged after the first datagram, the
+    // second frame would count as lost and be resent; judged after the batch, nothing is.
+    let t0 = Time::ZERO;
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut a = Transfer::new(cfg(600), 0, 0);
+    let mut b = Transfer::new(cfg(600), 0, 0);
+    a.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 400));
+    a.enqueue(Priority::High, message(0, 2, SendMode::Reliable, 400));
+    let frames = flush(&mut a, t0, kab);
+    assert_eq!(frames.len(), 2);
+    deliver(&mut b, t0 + 10 * MS, kab, &frames[0]);
+    let first = flush(&mut b, t0 + 9 * SEC, kba);
+    deliver(&mut b, t0 + 9 * SEC, kab, &frames[1]);
+    let second = flush(&mut b, t0 + 9 * SEC, kba);
+    let late = t0 + 9 * SEC + 10 * MS;
+    for d in first.iter().chain(&second) {
+        deliver(&mut a, late, kba, d);
+    }
+    flush(&mut a, late, kab);
+    let s = a.stats();
+    assert_eq!((s.frames_acked, s.frames_lost, s.frames_resent), (2, 0, 0), "{s:?}");
+}
+
+#[test]
+fn losses_that_prove_spurious_take_back_the_congestion_reaction() {
+    // The spec's controller halves its window on a drop. The receiver's loop stalls
+    // 40 ms: the sender's timer declares its frames lost and halves; then the receiver's
+    // backlog acknowledges every first transmission, and the halving is taken back.
+    let t0 = Time::ZERO;
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut c = cfg(1200);
+    c.congestion = CongestionControl::Aimd;
+    let mut a = Transfer::new(c.clone(), 0, 0);
+    let mut b = Transfer::new(c, 0, 0);
+    let (mut ab, mut ba) = (Link::new(25 * MS, 0.0, 1), Link::new(25 * MS, 0.0, 2));
+    let (mut before, mut lowest) = (0, usize::MAX);
+    for step in 0..1_000u32 {
+        let now = t0 + step * MS;
+        if step < 600 && step.is_multiple_of(10) {
+            a.enqueue(Priority::High, message(0, step / 10, SendMode::Reliable, 100));
+        }
+        let stalled = (300..340).contains(&step);
+        if step == 300 {
+            before = a.cwnd();
+        }
+        if !stalled {
+            for d in ab.due(now) {
+                deliver(&mut b, now, kab, &d);
+            }
+        }
+        for d in ba.due(now) {
+            deliver(&mut a, now, kba, &d);
+        }
+        a.set_step_interval(MS);
+        a.on_timeout(now);
+        for d in flush(&mut a, now, kab) {
+            ab.send(now, d);
+        }
+        if !stalled {
+            b.set_step_interval(MS);
+            b.on_timeout(now);
+            for d in flush(&mut b, now, kba) {
+                ba.send(now, d);
+            }
+        }
+        lowest = lowest.min(a.cwnd());
+    }
+    let s = a.stats();
+    assert!(s.frames_lost > 0 && s.losses_spurious == s.frames_lost, "the stall's losses, all spurious: {s:?}");
+    assert!(lowest < before, "the losses halved the window ({lowest} from {before})");
+    assert_eq!(s.congestion_undos, 1, "{s:?}");
+    assert!(a.cwnd() >= before, "the window came back: {} from {before}", a.cwnd());
+    assert!(a.is_idle());
 }
 
 #[test]

@@ -20,6 +20,13 @@ use crate::stats::{CongestionMode, CongestionStats};
 /// rho, the reset interval in RTOs (spec §3.1.5).
 pub(crate) const RESET_RTOS: u32 = 8;
 
+/// The window and threshold before a reaction to loss ([`Aimd::reaction`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reaction {
+    cwnd: usize,
+    ssthresh: usize,
+}
+
 /// The spec's additive-increase, multiplicative-decrease controller.
 #[derive(Clone, Debug)]
 pub(crate) struct Aimd {
@@ -96,6 +103,20 @@ impl Aimd {
                 self.cwnd = (self.cwnd + self.mtu).min(max);
             }
         }
+    }
+
+    pub(crate) fn reaction(&self) -> Reaction {
+        Reaction { cwnd: self.cwnd, ssthresh: self.ssthresh }
+    }
+
+    /// Every drop since `before` proved spurious: the window and the threshold come back
+    /// (never lower than what they have grown to since), as Eifel and Linux's undo do,
+    /// and the drops no longer count towards a reset.
+    pub(crate) fn undo(&mut self, before: Reaction) {
+        self.cwnd = self.cwnd.max(before.cwnd);
+        self.ssthresh = self.ssthresh.max(before.ssthresh);
+        self.backoff_until = None;
+        self.first_unacked_drop = None;
     }
 
     /// A frame was considered dropped.

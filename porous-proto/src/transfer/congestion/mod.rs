@@ -65,6 +65,13 @@ pub(crate) enum Controller {
     Aimd(Aimd),
 }
 
+/// The state a controller's reactions to loss change ([`Controller::reaction`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Reaction {
+    Model(model::Reaction),
+    Aimd(aimd::Reaction),
+}
+
 /// What a controller is made from.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
@@ -131,6 +138,25 @@ impl Controller {
         match self {
             Self::Model(m) => m.on_drop(now, bytes, path),
             Self::Aimd(a) => a.on_drop(now, path),
+        }
+    }
+
+    /// What the controller's reactions to loss have set so far, to restore with
+    /// [`Controller::undo`] if the losses it reacts to next prove spurious.
+    pub(crate) fn reaction(&self) -> Reaction {
+        match self {
+            Self::Model(m) => Reaction::Model(m.reaction()),
+            Self::Aimd(a) => Reaction::Aimd(a.reaction()),
+        }
+    }
+
+    /// Takes back the reactions to loss since `before` was taken: every loss since proved
+    /// spurious (the frames had arrived; their acknowledgements were late).
+    pub(crate) fn undo(&mut self, before: Reaction) {
+        match (self, before) {
+            (Self::Model(m), Reaction::Model(r)) => m.undo(r),
+            (Self::Aimd(a), Reaction::Aimd(r)) => a.undo(r),
+            _ => {}
         }
     }
 

@@ -138,6 +138,18 @@ impl BwFilter {
     }
 }
 
+/// What the model's reactions to loss change, kept to be restored ([`Model::reaction`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reaction {
+    loss_cap: u64,
+    shared: bool,
+    inflight_hi: Option<usize>,
+    hi_step: usize,
+    random_loss: f64,
+    window: usize,
+    full_bw_rounds: u8,
+}
+
 /// `Model::min_rtt` before any sample: no RTT sample is 584 years long.
 const NO_RTT: Nanos = Nanos::MAX;
 
@@ -414,6 +426,36 @@ impl Model {
         self.round_probed |= self.pacing_gain() > 1.0;
         self.set_pacing_rate();
         self.set_window(ack.acked);
+    }
+
+    pub(crate) fn reaction(&self) -> Reaction {
+        Reaction {
+            loss_cap: self.loss_cap,
+            shared: self.shared,
+            inflight_hi: self.inflight_hi,
+            hi_step: self.hi_step,
+            random_loss: self.random_loss,
+            window: self.window,
+            full_bw_rounds: self.full_bw_rounds,
+        }
+    }
+
+    /// Every loss since `before` proved spurious: the caps a congested round set come off,
+    /// the random-loss estimate does not keep what they added, the window comes back
+    /// (never lower than it has grown to since), a Startup those losses ended resumes, and
+    /// the path is not silent.
+    pub(crate) fn undo(&mut self, before: Reaction) {
+        self.loss_cap = before.loss_cap;
+        self.shared = before.shared;
+        self.inflight_hi = before.inflight_hi;
+        self.hi_step = before.hi_step;
+        self.random_loss = self.random_loss.min(before.random_loss);
+        self.window = self.window.max(before.window);
+        if self.mode == CongestionMode::Startup {
+            self.full_bw_rounds = self.full_bw_rounds.min(before.full_bw_rounds);
+        }
+        self.silent = false;
+        self.set_pacing_rate();
     }
 
     /// A frame of `bytes` bytes was considered dropped.

@@ -1,0 +1,137 @@
+//! Loss recovery as a busy or silent peer sees it (issue 32): a loop that runs late causes
+//! no spurious resends, a peer gone silent is not flooded with resends, repair copies
+//! cost a clean path nothing, and the transfer counters add up.
+
+#[path = "../benches/netsim/workloads.rs"]
+#[allow(dead_code)]
+mod workloads;
+
+use porous_proto::sim::Stalls;
+use workloads::{MS, SEC, addr, stalled_stream};
+
+/// Issue 32, item 2: over a lossless 25 ms path with a 60 Hz reliable stream (one way and
+/// both ways), either side's loop late by 5-20 ms about every 200 ms: spurious resends and
+/// spurious losses each at most 1% of the frames sent, on both sides, and every loss
+/// declared is found spurious (the path lost nothing).
+#[test]
+fn a_late_loop_causes_no_spurious_resends() {
+    let mut failed = Vec::new();
+    for (stalling, both_ways) in [(1, false), (2, false), (1, true), (2, true)] {
+        let r = stalled_stream(7, Some((addr(stalling), Stalls::busy())), both_ways, 60);
+        for (side, s) in [("client", r.client), ("server", r.server)] {
+            let sent = s.frames_sent.max(1) as f64;
+            let ctx = format!(
+                "host {stalling} stalling, both ways {both_ways}, {side}: {} frames sent, {} resent, {} lost, {} found spurious",
+                s.frames_sent, s.frames_resent, s.frames_lost, s.losses_spurious
+            );
+            println!("{ctx}");
+            if s.frames_resent as f64 / sent > 0.01 || s.frames_lost as f64 / sent > 0.01 {
+                failed.push(format!("over 1%: {ctx}"));
+            }
+            if s.losses_spurious != s.frames_lost {
+                failed.push(format!("a loss on a lossless path not found spurious: {ctx}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// Issue 32, item 2: a loop late by longer than the resend timeout (150 ms every 2 s,
+/// over a 50 ms round trip) finds, when it resumes, the acknowledgements of everything it
+/// sent before the stall waiting in its backlog. Loss detection runs once the whole
+/// backlog is handled, so the late side declares none of its frames lost.
+#[test]
+fn a_loop_back_from_a_long_stall_reads_its_whole_backlog_before_judging_losses() {
+    let long = Stalls::new((2 * SEC, 2 * SEC), (150 * MS, 150 * MS));
+    for (stalling, both_ways) in [(1, false), (1, true), (2, true)] {
+        let r = stalled_stream(9, Some((addr(stalling), long)), both_ways, 20);
+        let s = if stalling == 1 { r.client } else { r.server };
+        assert!(s.frames_sent > 1000, "{s:?}");
+        assert_eq!((s.frames_lost, s.frames_resent), (0, 0), "host {stalling} stalling, both ways {both_ways}: {s:?}");
+    }
+}
+
+/// The invariants between one side's transfer counters, at any moment.
+fn check_counters(side: &str, s: &porous_proto::PeerStats) -> Result<(), String> {
+    let t = &s.transfer;
+    let transmissions = t.frames_sent + t.frames_resent;
+    let checks = [
+        // Every frame sent is acknowledged, given up, or still outstanding.
+        (t.frames_acked + t.frames_unacknowledged + s.frames_in_flight as u64 == t.frames_sent, "frames conserved"),
+        (t.losses_spurious <= t.frames_lost, "spurious losses are losses"),
+        (t.frames_resent <= t.frames_lost, "a resend follows a loss"),
+        (t.congestion_undos <= t.losses_spurious, "an undo follows spurious losses"),
+        // A loss taken as real is a transmission never acknowledged.
+        (t.frames_lost - t.losses_spurious <= transmissions - t.frames_acked, "real losses are unacknowledged"),
+        (t.datagrams_sent >= transmissions, "a transmission is a datagram"),
+        (t.probes <= t.frames_sent, "a probe is a frame"),
+    ];
+    match checks.iter().find(|(ok, _)| !ok) {
+        Some((_, what)) => Err(format!("{side}: {what}: {s:?}")),
+        None => Ok(()),
+    }
+}
+
+/// Issue 32, item 4: the transfer counters of both sides add up at every moment of a game
+/// over lossy, hostile, stalling and dying paths.
+#[test]
+fn transfer_counters_add_up() {
+    use porous_proto::sim::LinkConditions;
+    use porous_proto::{Event, SendMode};
+    let lossy = |loss| {
+        let mut c = LinkConditions::perfect(25 * MS);
+        c.loss = loss;
+        c
+    };
+    let cases: [(&str, LinkConditions, Option<Stalls>); 6] = [
+        ("5% loss", lossy(0.05), None),
+        ("30% loss", lossy(0.30), None),
+        ("hostile", LinkConditions::hostile(), None),
+        ("mobile", LinkConditions::mobile(), None),
+        ("stalls", lossy(0.0), Some(Stalls::busy())),
+        ("stalls at 5% loss", lossy(0.05), Some(Stalls::busy())),
+    ];
+    for (name, c, stalls) in cases {
+        let cfg = workloads::config(porous_proto::CongestionControl::default(), true);
+        let (mut net, pa, pb) = workloads::pair(11, c, c, &cfg);
+        let (a, b) = (addr(1), addr(2));
+        net.set_stalls(a, stalls);
+        net.set_stalls(b, stalls);
+        let tick = std::time::Duration::from_micros(16_667);
+        for i in 0..1_200u32 {
+            if i == 1_000 {
+                // The path dies: losses and backoff into silence.
+                let mut down = c;
+                down.down = true;
+                net.set_link_both(a, b, down);
+            }
+            let send = |net: &mut porous_proto::sim::Network, host, peer, ch, len, mode| {
+                let _ = net.host_mut(host).send(peer, ch, bytes::Bytes::from(vec![7; len]), mode);
+            };
+            send(&mut net, a, pa, 0, 32, SendMode::Reliable);
+            send(&mut net, b, pb, 1, 200, SendMode::Unreliable);
+            if i.is_multiple_of(2) {
+                send(&mut net, b, pb, 2, 50, SendMode::Reliable);
+            }
+            if i.is_multiple_of(30) {
+                send(&mut net, b, pb, 2, 3_000, SendMode::Reliable);
+            }
+            let mut failed = None;
+            net.run_for(tick, |net| {
+                while let Some(e) = net.poll_event(a).or_else(|| net.poll_event(b)) {
+                    assert!(!matches!(e, Event::Disconnected { .. }), "{name}: {e:?}");
+                }
+                for (side, host, peer) in [("client", a, pa), ("server", b, pb)] {
+                    if let Some(s) = net.host(host).peer_stats(peer)
+                        && let Err(e) = check_counters(side, &s)
+                    {
+                        failed.get_or_insert(e);
+                    }
+                }
+            });
+            if let Some(e) = failed {
+                panic!("{name}, tick {i}: {e}");
+            }
+        }
+    }
+}
