@@ -51,6 +51,39 @@ fn a_loop_back_from_a_long_stall_reads_its_whole_backlog_before_judging_losses()
     }
 }
 
+/// Issue 32, item 3: a peer gone silent gets resends at a backed-off rate, not one
+/// datagram a millisecond for the whole timeout (675 KB each way before); the keepalive
+/// and the timeout stay as they were.
+#[test]
+fn a_blackout_gets_backed_off_resends() {
+    let r = workloads::blackout(5, None);
+    println!("{r:?}");
+    let cfg = porous_proto::HostConfig::default().peer;
+    for (side, (datagrams, bytes), gave_up) in
+        [("client", r.client, r.client_gave_up), ("server", r.server, r.server_gave_up)]
+    {
+        let ctx = format!("{side}: {datagrams} datagrams, {bytes} bytes into the blackout, gave up after {gave_up:?}");
+        assert!(gave_up >= cfg.timeout && gave_up < cfg.timeout + SEC, "the timeout: {ctx}");
+        assert!(bytes <= 8_000, "{ctx}");
+        let keepalives = (cfg.timeout.as_millis() / cfg.ping_interval.as_millis()) as u64;
+        assert!(datagrams >= keepalives, "a keepalive every ping interval: {ctx}");
+    }
+}
+
+/// Issue 32, item 3: when the path comes back after an 8 s outage (2 s short of the
+/// timeout), the first keepalive that gets through ends the backoff: what waited is
+/// delivered within a keepalive interval and a few round trips, not after the longest
+/// backed-off timeout (2.9 s).
+#[test]
+fn after_an_outage_recovery_does_not_wait_for_the_backoff() {
+    let r = workloads::blackout(6, Some(8 * SEC));
+    println!("{r:?}");
+    assert!(r.client.1 <= 4_000 && r.server.1 <= 4_000, "{r:?}");
+    let recovered = r.recovered.expect("every input arrived");
+    let ping = porous_proto::HostConfig::default().peer.ping_interval;
+    assert!(recovered <= ping + 200 * MS, "{r:?}");
+}
+
 /// The invariants between one side's transfer counters, at any moment.
 fn check_counters(side: &str, s: &porous_proto::PeerStats) -> Result<(), String> {
     let t = &s.transfer;

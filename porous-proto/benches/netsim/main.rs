@@ -51,9 +51,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// What makes one table of the document.
-type MakeTable = dyn Fn(&Scale) -> String;
-
 pub(crate) const MODEL: CongestionControl = CongestionControl::Model;
 pub(crate) const AIMD: CongestionControl = CongestionControl::Aimd;
 /// The issue's bottleneck: 10 MB/s.
@@ -261,6 +258,41 @@ fn stalls_table(s: &Scale) -> String {
     t
 }
 
+/// Issue 32: what each side of a 60 Hz game sends into a blackout until it times out
+/// (10 s), and how soon what waited arrives once an 8 s outage ends.
+fn blackout_table(s: &Scale) -> String {
+    let mut t = String::from(
+        "| path | client: datagrams / bytes | server: datagrams / bytes | gave up after | delivered after the path came back |\n\
+         |---|---:|---:|---:|---:|\n",
+    );
+    for (name, outage) in [("dead for good", None), ("dead for 8 s", Some(8 * SEC))] {
+        let runs: Vec<_> = (1..=s.seeds).map(|seed| workloads::blackout(seed, outage)).collect();
+        let n = |f: &dyn Fn(&workloads::Blackout) -> u64| summary(runs.iter().map(|r| f(r) as f64).collect(), 0);
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        t += &format!(
+            "| {name} | {} / {} | {} / {} | {} | {} |\n",
+            n(&|r| r.client.0),
+            n(&|r| r.client.1),
+            n(&|r| r.server.0),
+            n(&|r| r.server.1),
+            if outage.is_some() {
+                "(did not)".to_string()
+            } else {
+                format!(
+                    "{} s",
+                    summary(runs.iter().map(|r| r.client_gave_up.max(r.server_gave_up).as_secs_f64()).collect(), 2)
+                )
+            },
+            match outage {
+                Some(_) =>
+                    format!("{} ms", summary(runs.iter().map(|r| r.recovered.map_or(f64::NAN, ms)).collect(), 0)),
+                None => String::new(),
+            },
+        );
+    }
+    t
+}
+
 /// What makes one section's table.
 type Table = dyn Fn(&Scale) -> String;
 
@@ -268,7 +300,7 @@ fn main() {
     let s = scale();
     let print_only = std::env::args().any(|a| a == "--print") || s.seeds == 1;
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
-    let all: [(&str, &Table); 8] = [
+    let all: [(&str, &Table); 9] = [
         ("netsim", &|_| workloads::presets::table()),
         ("loss", &loss_table),
         ("share", &share_table),
@@ -277,6 +309,7 @@ fn main() {
         ("beside", &beside_table),
         ("pmtu", &pmtu::table),
         ("stalls", &stalls_table),
+        ("blackout", &blackout_table),
     ];
     let sections: Vec<(&str, String)> = all
         .iter()

@@ -676,3 +676,98 @@ pub(crate) fn stalled_stream(seed: u64, stalling: Option<(SocketAddr, Stalls)>, 
     net.run_for(5 * SEC, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
     Stalled { client: transfer(&net, a, pa), server: transfer(&net, b, pb) }
 }
+
+/// What each side sent into a blackout.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Blackout {
+    /// Datagrams and bytes each side offered to the dead link, from the blackout until
+    /// it gave up.
+    pub(crate) client: (u64, u64),
+    pub(crate) server: (u64, u64),
+    /// How long after the blackout began each side gave up (timed out).
+    pub(crate) client_gave_up: Duration,
+    pub(crate) server_gave_up: Duration,
+    /// After an outage (a blackout that ends), how long after the path came back the
+    /// server had every input the client sent before that.
+    pub(crate) recovered: Option<Duration>,
+}
+
+/// Issue 32, item 3: the game of [`game`] (60 Hz both ways: reliable inputs and passive
+/// packets up, unreliable states and reliable events down) over a lossless 25 ms path
+/// with the default 10 s timeout; after 2 s the path goes dead both ways, for good or
+/// for `outage`, and the application keeps sending until its side times out (or 5 s
+/// after the path came back). Counts what each side sent into the silence (until it
+/// gave up, or until the path came back).
+pub(crate) fn blackout(seed: u64, outage: Option<Duration>) -> Blackout {
+    let mut cfg = config(CongestionControl::default(), true);
+    cfg.peer.timeout = HostConfig::default().peer.timeout;
+    let c = link(0.0, 0, 0);
+    let (mut net, pa, pb) = pair(seed, c, c, &cfg);
+    let (a, b) = (addr(1), addr(2));
+    let tick = Duration::from_micros(16_667);
+    let mut out = Blackout::default();
+    let mut dead: Option<(Duration, porous_proto::sim::LinkStats, porous_proto::sim::LinkStats)> = None;
+    let (mut a_up, mut b_up) = (true, true);
+    let back_at = outage.map(|o| 120 + (o.as_micros() / tick.as_micros()) as u32);
+    let (mut inputs, mut got, mut wanted) = (0u32, 0u32, None);
+    let mut counts = None;
+    let mut i = 0u32;
+    while (a_up || b_up) && back_at.is_none_or(|t| i < t + 300) {
+        if i == 120 {
+            let mut down = c;
+            down.down = true;
+            net.set_link_both(a, b, down);
+            dead = Some((net.elapsed(), net.link_stats(a, b), net.link_stats(b, a)));
+        }
+        if Some(i) == back_at {
+            net.set_link_both(a, b, c);
+            counts = Some((net.link_stats(a, b), net.link_stats(b, a)));
+            wanted = Some((inputs, net.elapsed()));
+        }
+        if a_up {
+            inputs += u32::from(net.host_mut(a).send(pa, 0, Bytes::from(vec![7; 32]), SendMode::Reliable).is_ok());
+            if i.is_multiple_of(6) {
+                let _ = net.host_mut(a).send(pa, 3, Bytes::from(vec![7; 40]), SendMode::Passive);
+            }
+        }
+        if b_up {
+            let _ = net.host_mut(b).send(pb, 1, Bytes::from(vec![7; 200]), SendMode::Unreliable);
+            if i.is_multiple_of(2) {
+                let _ = net.host_mut(b).send(pb, 2, Bytes::from(vec![7; 50]), SendMode::Reliable);
+            }
+        }
+        net.run_for(tick, |net| {
+            let since = dead.map_or(Duration::ZERO, |d| net.elapsed() - d.0);
+            while let Some(e) = net.poll_event(a) {
+                if matches!(e, Event::Disconnected { .. }) {
+                    a_up = false;
+                    out.client_gave_up = since;
+                }
+            }
+            while let Some(e) = net.poll_event(b) {
+                match e {
+                    Event::Disconnected { .. } => {
+                        b_up = false;
+                        out.server_gave_up = since;
+                    }
+                    Event::Received { channel: 0, .. } => {
+                        got += 1;
+                        if let Some((n, at)) = wanted
+                            && got == n
+                        {
+                            out.recovered = Some(net.elapsed() - at);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        i += 1;
+        assert!(i < 60 * 60, "both sides time out");
+    }
+    let (_, up, down) = dead.expect("the blackout began");
+    let (up2, down2) = counts.unwrap_or((net.link_stats(a, b), net.link_stats(b, a)));
+    out.client = (up2.sent - up.sent, up2.sent_bytes - up.sent_bytes);
+    out.server = (down2.sent - down.sent, down2.sent_bytes - down.sent_bytes);
+    out
+}

@@ -257,6 +257,11 @@ impl InFlight {
         self.lost > 0
     }
 
+    /// Whether a transmission is in flight (sent, and neither acknowledged nor lost).
+    pub(crate) fn has_in_flight(&self) -> bool {
+        self.live > self.lost
+    }
+
     /// Whether a new frame would still fall inside the transfer window of `window` frames.
     pub(crate) fn window_open(&self, window: u32) -> bool {
         SeqSpace::FRAME.distance(self.k_b, self.next) < window
@@ -509,13 +514,16 @@ impl InFlight {
     /// Walks transmissions from the oldest and marks every frame lost that was sent at
     /// least `rto` before `now`, or that was sent before the newest acknowledged
     /// transmission at least `window` before `now`. Calls `lost` with each, in send order.
+    /// Returns the serial of the newest transmission the timeout found (rather than the
+    /// reordering window), if any.
     pub(crate) fn detect_losses(
         &mut self,
         now: Time,
         rto: Duration,
         window: Duration,
         mut lost: impl FnMut(&mut Self, u32),
-    ) {
+    ) -> Option<u64> {
+        let mut timed_out = None;
         while let Some(&s) = self.sent.front() {
             let current = self.index(s.id).and_then(|i| self.frames.get(i));
             let live = current.is_some_and(|f| f.serial == s.serial && f.state == State::InFlight);
@@ -528,9 +536,13 @@ impl InFlight {
             if !(age >= rto || overtaken && age >= window) {
                 break;
             }
+            if !(overtaken && age >= window) {
+                timed_out = Some(s.serial);
+            }
             self.sent.pop_front();
             lost(self, s.id);
         }
+        timed_out
     }
 
     /// The oldest transmission still in flight: its send time, and whether a later one
@@ -698,15 +710,16 @@ mod tests {
         assert!(lost.is_empty());
         assert_eq!(q.oldest_send(), Some((t, true)));
         // Past the window, the overtaken frames are lost; 4 and 5 were not overtaken.
-        q.detect_losses(t + 11 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
-        assert_eq!(lost, [0, 1]);
+        let timed_out = q.detect_losses(t + 11 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
+        assert_eq!((lost.as_slice(), timed_out), ([0, 1].as_slice(), None), "the reordering window, not the timeout");
         lost.clear();
         q.detect_losses(t + 12 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
         assert_eq!(lost, [2]);
         // The RTO catches the rest once it has elapsed.
         lost.clear();
-        q.detect_losses(t + 104 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
+        let timed_out = q.detect_losses(t + 104 * ms, 100 * ms, 10 * ms, |_, id| lost.push(id));
         assert_eq!(lost, [4], "5 was sent later than 4 ms");
+        assert_eq!(timed_out, Some(4), "the timeout found 4 (its serial: sent fifth)");
     }
 
     #[test]
