@@ -502,7 +502,7 @@ pub(crate) fn beside_bulk(
 pub(crate) mod presets {
     use super::*;
 
-    fn grid() -> Vec<(&'static str, LinkConditions)> {
+    pub(crate) fn grid() -> Vec<(&'static str, LinkConditions)> {
         let lossy = |loss: f64| {
             let mut c = LinkConditions::perfect(25 * MS);
             c.loss = loss;
@@ -520,9 +520,12 @@ pub(crate) mod presets {
         ]
     }
 
-    fn setup(c: LinkConditions) -> (Network, SocketAddr, SocketAddr, PeerId) {
+    /// The seed of the one-seed table.
+    pub(crate) const SEED: u64 = 2026;
+
+    fn setup(c: LinkConditions, seed: u64) -> (Network, SocketAddr, SocketAddr, PeerId) {
         let (a, b) = (addr(1), addr(2));
-        let mut net = Network::new(2026);
+        let mut net = Network::new(seed);
         let mut cfg = HostConfig::default();
         cfg.peer.timeout = 60 * SEC;
         net.add_host(a, cfg.clone()).expect("valid config");
@@ -545,8 +548,8 @@ pub(crate) mod presets {
 
     /// 1 MB of 1000-byte reliable packets, the queue kept full: goodput in kB/s and the
     /// share of frames resent.
-    fn bulk(c: LinkConditions) -> (f64, f64) {
-        let (mut net, a, b, pa) = setup(c);
+    pub(crate) fn bulk(c: LinkConditions, seed: u64) -> (f64, f64) {
+        let (mut net, a, b, pa) = setup(c, seed);
         let total = 1000u32;
         let (mut sent, mut got) = (0u32, 0u32);
         let start = net.elapsed();
@@ -568,8 +571,8 @@ pub(crate) mod presets {
     /// 60 Hz for 20 s, each tick a 32-byte reliable input and a 200-byte unreliable state
     /// from a to b: input latency p50 and p99 in ms, the share of states delivered, and
     /// wire bytes both ways per packet sent.
-    fn game(c: LinkConditions) -> (f64, f64, f64, f64) {
-        let (mut net, a, b, pa) = setup(c);
+    pub(crate) fn game(c: LinkConditions, seed: u64) -> (f64, f64, f64, f64) {
+        let (mut net, a, b, pa) = setup(c, seed);
         let tick = Duration::from_micros(16_667);
         let ticks = 1200u32;
         let sent_at = std::cell::RefCell::new(Vec::<Duration>::new());
@@ -612,8 +615,8 @@ pub(crate) mod presets {
              |---|---:|---:|---:|---:|---:|---:|\n",
         );
         for (name, c) in grid() {
-            let (goodput, resent) = bulk(c);
-            let (p50, p99, delivered, wire) = game(c);
+            let (goodput, resent) = bulk(c, SEED);
+            let (p50, p99, delivered, wire) = game(c, SEED);
             t += &format!(
                 "| {name} | {goodput:.0} kB/s | {resent:.1}% | {p50:.1} ms | {p99:.1} ms | {delivered:.1}% | {wire:.1} B |\n"
             );
