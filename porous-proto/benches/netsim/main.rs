@@ -316,6 +316,37 @@ fn blackout_table(s: &Scale) -> String {
     t
 }
 
+/// Issue 32, item 6: what repair copies cost a one-way stream of 50-byte reliable
+/// messages (5 s of them, default configuration), from the first send until all are
+/// acknowledged: datagrams and bytes from the sender, datagrams back.
+fn repair_table() -> String {
+    let mut t = String::from(
+        "| path, rate | loss | datagrams to the receiver (repair on / off) | bytes (on / off) | datagrams back (on / off) |\n\
+         |---|---:|---:|---:|---:|\n",
+    );
+    for loss in [0.0, 0.05] {
+        for (latency, every) in [(10, 10), (10, 16), (25, 33), (1, 10)] {
+            let (latency, every) = (latency * workloads::MS, every * workloads::MS);
+            let count = (5 * SEC).as_millis() as u32 / every.as_millis() as u32;
+            let on = workloads::stream_cost(3, latency, loss, every, count, true);
+            let off = workloads::stream_cost(3, latency, loss, every, count, false);
+            t += &format!(
+                "| {} ms one way, every {} ms | {:.0}% | {} / {} | {} / {} | {} / {} |\n",
+                latency.as_millis(),
+                every.as_millis(),
+                loss * 100.0,
+                on.datagrams,
+                off.datagrams,
+                on.bytes,
+                off.bytes,
+                on.back,
+                off.back
+            );
+        }
+    }
+    t
+}
+
 /// What makes one section's table.
 type Table = dyn Fn(&Scale) -> String;
 
@@ -323,7 +354,7 @@ fn main() {
     let s = scale();
     let print_only = std::env::args().any(|a| a == "--print") || s.seeds == 1;
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
-    let all: [(&str, &Table); 10] = [
+    let all: [(&str, &Table); 11] = [
         ("netsim", &|_| workloads::presets::table()),
         ("presets-seeds", &presets_seeds_table),
         ("loss", &loss_table),
@@ -334,6 +365,7 @@ fn main() {
         ("pmtu", &pmtu::table),
         ("stalls", &stalls_table),
         ("blackout", &blackout_table),
+        ("repair", &|_| repair_table()),
     ];
     let sections: Vec<(&str, String)> = all
         .iter()

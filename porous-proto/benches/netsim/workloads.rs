@@ -680,6 +680,38 @@ pub(crate) fn stalled_stream(seed: u64, stalling: Option<(SocketAddr, Stalls)>, 
     Stalled { client: transfer(&net, a, pa), server: transfer(&net, b, pb) }
 }
 
+/// What a one-way stream cost on the wire, each way.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Cost {
+    /// Datagrams and bytes from the sender to the receiver.
+    pub(crate) datagrams: u64,
+    pub(crate) bytes: u64,
+    /// Datagrams back (acknowledgements, pings).
+    pub(crate) back: u64,
+}
+
+/// Issue 32: `count` 50-byte reliable messages from a to b, one every `every`, over a
+/// lossless path `latency` one way (and `loss` random loss each way): the datagrams and
+/// bytes each way from the first send until everything is acknowledged.
+pub(crate) fn stream_cost(seed: u64, latency: Duration, loss: f64, every: Duration, count: u32, repair: bool) -> Cost {
+    let cfg = config(CongestionControl::default(), repair);
+    let mut c = LinkConditions::perfect(latency);
+    c.loss = loss;
+    let (mut net, pa, _) = pair(seed, c, c, &cfg);
+    let (a, b) = (addr(1), addr(2));
+    let (up, down) = (net.link_stats(a, b), net.link_stats(b, a));
+    for _ in 0..count {
+        net.host_mut(a).send(pa, 0, Bytes::from(vec![7; 50]), SendMode::Reliable).expect("send");
+        net.run_for(every, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
+    }
+    net.run_until(60 * SEC, |net| {
+        while net.poll_event(a).is_some() || net.poll_event(b).is_some() {}
+        net.host(a).peer_stats(pa).is_some_and(|s| s.frames_in_flight == 0)
+    });
+    let (up2, down2) = (net.link_stats(a, b), net.link_stats(b, a));
+    Cost { datagrams: up2.sent - up.sent, bytes: up2.sent_bytes - up.sent_bytes, back: down2.sent - down.sent }
+}
+
 /// What each side sent into a blackout.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Blackout {

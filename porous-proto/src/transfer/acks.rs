@@ -73,6 +73,11 @@ impl Cadence {
         self.last
     }
 
+    /// The smoothed time between this side's sends (zero before the second).
+    pub(crate) fn gap(&self) -> Duration {
+        self.gap.get()
+    }
+
     /// When this side's next frame is expected, a quarter of a gap late, if it keeps a
     /// rhythm of at most [`MAX_ACK_DELAY`].
     fn expected(&self) -> Option<Time> {

@@ -262,6 +262,11 @@ impl InFlight {
         self.live > self.lost
     }
 
+    /// Frames in flight (sent, and neither acknowledged nor lost).
+    pub(crate) fn in_flight_frames(&self) -> usize {
+        self.live - self.lost
+    }
+
     /// Whether a new frame would still fall inside the transfer window of `window` frames.
     pub(crate) fn window_open(&self, window: u32) -> bool {
         SeqSpace::FRAME.distance(self.k_b, self.next) < window

@@ -30,6 +30,7 @@ mod pacing;
 mod ping;
 mod pmtu;
 mod queues;
+mod redundancy;
 mod rtt;
 
 use crate::time::Time;
@@ -59,6 +60,7 @@ use ping::Ping;
 use pmtu::Discovery;
 use queues::SendQueues;
 pub(crate) use queues::{MESSAGE_OVERHEAD, OutMessage, Tag, stamped};
+use redundancy::Redundancy;
 use rtt::{INITIAL_RTT, Rtt};
 
 /// Bytes of a frame besides its messages, as counted in the flight size: type byte, the
@@ -222,8 +224,8 @@ pub(crate) struct Transfer {
     /// Repair candidates: small reliable messages sent and not yet copied, oldest first,
     /// with their store index and send time.
     repair: VecDeque<(u64, Time)>,
-    /// Bytes of repair copies sent so far (bounded by a share of all bytes sent).
-    repair_bytes: u64,
+    /// The path's loss and the credit it earns repair copies.
+    redundancy: Redundancy,
     /// When a tail-loss probe goes out if no datagram has carried the candidates' copies.
     probe_at: Option<Time>,
     /// When the last datagram went to the peer (the keepalive counts from it).
@@ -276,9 +278,6 @@ struct Episode {
 /// The largest message repair copies: small reliable messages are what a lost datagram
 /// delays most, relative to their size.
 pub(crate) const REPAIR_MAX: usize = 256;
-/// At most one in this many bytes sent is a repair copy: half, so that a stream of
-/// nothing but small reliable messages (a client's inputs) can copy every one.
-const REPAIR_SHARE: u64 = 2;
 
 /// How many skipped ids [`Transfer`] remembers: at one skip in 128 frames, the last
 /// ~4,000 frames, far more than any acknowledgement range spans and far less than the
@@ -328,7 +327,7 @@ impl Transfer {
             skip: cfg.skip_seed,
             skipped: VecDeque::new(),
             repair: VecDeque::new(),
-            repair_bytes: 0,
+            redundancy: Redundancy::default(),
             probe_at: None,
             last_sent: None,
             rto_hold: Nanos::default(),
@@ -338,6 +337,16 @@ impl Transfer {
             mtu: cfg.mtu,
             shared: cfg.shared,
         }
+    }
+
+    /// The frames a loss now would hold back on an ordered channel until its resend: the
+    /// lost one and those sent in the round trip after it (the frames in flight, or the
+    /// round trip over the time between sends, whichever is more: a stream just started
+    /// has few in flight yet).
+    fn held(&self) -> usize {
+        let gap = self.cadence.gap().as_nanos();
+        let per_rtt = self.rtt.srtt().as_nanos().checked_div(gap).unwrap_or(0) as usize;
+        1 + self.inflight.in_flight_frames().max(per_rtt)
     }
 
     fn path(&self) -> Path {
@@ -636,6 +645,7 @@ impl Transfer {
         }
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += len as u64;
+        self.redundancy.earn(len, self.held(), self.mtu);
         self.last_sent = Some(now);
         Some(len)
     }
@@ -758,15 +768,13 @@ impl Transfer {
             let copy = original.copy_at(at);
             let w = copy.as_wire();
             let len = run.encoded_len(&w, ids.short_id(copy.channel, copy.id), false);
-            let share = (self.stats.bytes_sent + len as u64) / REPAIR_SHARE;
-            if used + len > budget || self.repair_bytes + len as u64 > share {
+            if used + len > budget || !self.redundancy.spend(len) {
                 break;
             }
             run.observe(&w);
             used += len;
             count += 1;
             last_length = RunContext::length_field_len(&w);
-            self.repair_bytes += len as u64;
             self.stats.repair_copies += 1;
             self.repair.pop_front();
             self.inflight.store_message(copy);
@@ -783,8 +791,10 @@ impl Transfer {
         if first == own && count > 0 && self.probe_at.is_some_and(|t| t <= now) {
             self.stats.probes += 1;
         }
-        // This frame's own small reliable messages become candidates.
-        for at in first..own {
+        // This frame's own small reliable messages become candidates where a loss would
+        // cost (redundancy.rs).
+        let active = self.redundancy.active(self.held());
+        for at in (first..own).filter(|_| active) {
             let Some(m) = self.inflight.message_at(at) else { continue };
             let repairable = self.shared.repair.get(usize::from(m.channel)).copied().unwrap_or(false);
             if repairable && m.is_reliable() && m.fragment.count == 1 && m.payload.len() <= REPAIR_MAX {
@@ -792,7 +802,7 @@ impl Transfer {
                 self.repair.push_back((at, now));
             }
         }
-        self.probe_at = (!self.repair.is_empty()).then(|| now + self.probe_delay());
+        self.probe_at = (!self.repair.is_empty() && active).then(|| now + self.probe_delay());
         Some((id, len))
     }
 
@@ -961,6 +971,7 @@ impl Transfer {
             let outcome = self.inflight.ack(id, now, min_rtt, |m| release(queued, m));
             if let Some(Outcome::LateAck) = outcome {
                 self.stats.losses_spurious += 1;
+                self.redundancy.on_spurious();
                 if let Some(e) = &mut self.episode {
                     e.spurious += 1;
                 }
@@ -971,11 +982,13 @@ impl Transfer {
                     self.pmtu.on_large_acked();
                 }
                 self.delivery.on_acked(now, size, delivery, sent_at);
+                self.redundancy.on_delivered();
                 self.stats.frames_acked += 1;
                 acked += size;
                 if was_lost || early {
                     spurious += size;
                     self.stats.losses_spurious += 1;
+                    self.redundancy.on_spurious();
                     if let Some(e) = &mut self.episode {
                         e.spurious += 1;
                     }
@@ -1026,6 +1039,7 @@ impl Transfer {
         let rto = self.backed_off_rto();
         let (queued, stats, cc, pmtu, episode) =
             (&mut self.queued, &mut self.stats, &mut self.cc, &mut self.pmtu, &mut self.episode);
+        let redundancy = &mut self.redundancy;
         let timed_out = self.inflight.detect_losses(now, rto, window, |q, id| {
             let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
             let size = q.get(id).map_or(0, Frame::bytes);
@@ -1043,6 +1057,7 @@ impl Transfer {
             );
             if let Some(outcome) = stripped {
                 stats.frames_lost += 1;
+                redundancy.on_lost();
                 let e =
                     episode.get_or_insert_with(|| Episode { before: cc.reaction(), lost: 0, spurious: 0, after: 0 });
                 e.lost += 1;
