@@ -4,6 +4,10 @@
 //!
 //! It drives two hosts by hand over an in-memory link (connect, every send mode, every
 //! event, disconnect, stats, config, errors), then the same through `sim::Network`.
+//!
+//! Native only: a 0.1 program takes `std::time::Instant`, which is the core's `Instant` on
+//! every target but the web (0.1 had no web build, so it has no web programs to upgrade).
+#![cfg(not(target_family = "wasm"))]
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -8,7 +8,9 @@
 //! which host, and what to check or change on every datagram.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use web_time::Instant;
 
 use super::Network;
 use crate::{Event, Host, PeerId, Transmit};

@@ -8,7 +8,9 @@
 //! loss, jitter and the rest) draws nothing for them.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use web_time::Instant;
 
 use rand_core::Rng;
 use rand_pcg::Pcg32;
