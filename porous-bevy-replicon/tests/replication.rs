@@ -37,7 +37,9 @@ fn a_moving_entity_reaches_two_clients_over_loopback_udp() {
             c.update();
             seen.extend(positions(c));
         }
-        if seen.iter().all(|s| s.len() > 60) {
+        // Rates are measured over a window, so wait for one to close as well as for frames.
+        let rated = clients.iter().all(|c| c.world().resource::<ClientStats>().received_bps > 0.0);
+        if rated && seen.iter().all(|s| s.len() > 60) {
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
