@@ -9,16 +9,17 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
+use super::flush::SKIPS_REMEMBERED;
 use super::queues::tests::msg as message;
 use super::*;
 use crate::sim::SplitMix64;
 use crate::wire::{Expand, SendMode};
 
-const MS: Duration = Duration::from_millis(1);
+pub(super) const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
 
 /// Every explicit packet id is sent wide; these tests do not exercise channels.
-struct Wide;
+pub(super) struct Wide;
 
 impl IdPolicy for Wide {
     fn short_id(&self, _: u8, _: u32) -> bool {
@@ -27,7 +28,7 @@ impl IdPolicy for Wide {
 }
 
 /// Expands ids the way the peer owning `t` would.
-struct Exp<'t>(&'t Transfer);
+pub(super) struct Exp<'t>(pub(super) &'t Transfer);
 
 impl Expand for Exp<'_> {
     fn frame_id(&self, t: u32, bytes: u32) -> u32 {
@@ -41,11 +42,11 @@ impl Expand for Exp<'_> {
     }
 }
 
-fn cfg(mtu: usize) -> TransferConfig {
+pub(super) fn cfg(mtu: usize) -> TransferConfig {
     TransferConfig::new(mtu, 4)
 }
 
-fn flush(t: &mut Transfer, now: Time, key: Key) -> Vec<Bytes> {
+pub(super) fn flush(t: &mut Transfer, now: Time, key: Key) -> Vec<Bytes> {
     let mut out = Vec::new();
     let mut buf = BytesMut::new();
     while let Some(n) = t.poll_datagram(now, key, &Wide, &mut buf) {
@@ -56,7 +57,7 @@ fn flush(t: &mut Transfer, now: Time, key: Key) -> Vec<Bytes> {
 }
 
 /// Delivers a datagram to `t`; returns the ids of the messages of an accepted frame.
-fn deliver(t: &mut Transfer, now: Time, key: Key, d: &[u8]) -> Option<(u32, Vec<u32>)> {
+pub(super) fn deliver(t: &mut Transfer, now: Time, key: Key, d: &[u8]) -> Option<(u32, Vec<u32>)> {
     let data = Data::decode(d, key, &Exp(t)).ok()?;
     let ids: Vec<u32> = data.messages(&Exp(t)).map(|m| m.id).collect();
     t.on_datagram(now, &data, d.len());
