@@ -696,6 +696,22 @@ mod tests {
     }
 
     #[test]
+    fn a_resend_too_large_for_the_size_now_in_use_sends_what_fits_and_requeues_the_rest() {
+        let mut t = Transfer::new(cfg(1200), 0, 0);
+        t.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 500));
+        t.enqueue(Priority::High, message(0, 2, SendMode::Reliable, 500));
+        let Plan::New { id, len } = t.plan_new(T0, &Wide, 0, false) else { panic!("a frame") };
+        assert!(len > 1000, "both messages in one frame");
+        // The path stopped carrying the size the frame was cut for (a black hole).
+        t.pmtu = Discovery::new(600, 600);
+        let range = t.inflight.get(id).map(Frame::msgs).unwrap_or_default();
+        let Plan::Resend { id: again, len: cut } = t.plan_resend(id, &range, &Wide) else { panic!("a resend") };
+        assert_eq!(again, id);
+        assert!(cut <= 600 - FRAME_OVERHEAD_MAX && cut > 500, "the first message alone: {cut}");
+        assert_eq!(t.queued_messages(), 1, "the second goes back to the queue, for a frame of its own");
+    }
+
+    #[test]
     fn holding_keeps_the_probe_while_the_pacer_waits_and_drops_it_otherwise() {
         let mut t = Transfer::new(cfg(1200), 0, 0);
         t.repair.push_back((0, T0));
