@@ -3,11 +3,13 @@
 //! [`Host::events`](crate::Host::events) streams.
 //!
 //! The driver is the only writer. It adds a connection when it hands it to the application
-//! (to `connect`, to `Incoming::accept`, or into the accept backlog) and removes it when
-//! the core reports its end; both under this module's one lock, which also publishes the
-//! event to every subscriber. So `peers()` and the streams agree: after a subscriber reads
-//! `Disconnected` for a connection, `peers()` no longer lists it, and every `Connected` a
-//! subscriber reads is followed by exactly one `Disconnected` for that id.
+//! (to `connect`, to `Incoming::accept`, or into the accept backlog), changes its address
+//! when the core reports that it moved, and removes it when the core reports its end; each
+//! under this module's one lock, which also publishes the event to every subscriber. So
+//! `peers()` and the streams agree: after a subscriber reads `AddressChanged` for a
+//! connection, `peers()` lists it at the new address; after it reads `Disconnected`,
+//! `peers()` no longer lists it; and every `Connected` a subscriber reads is followed by
+//! exactly one `Disconnected` for that id.
 //!
 //! Each subscriber's queue is bounded (`cap`, at least twice `max_peers`: a connection
 //! and a disconnection for every slot of the table); one that falls further behind loses
@@ -59,11 +61,25 @@ pub enum HostEvent {
         /// The connection.
         peer: PeerInfo,
     },
+    /// A connection moved to a new address of its remote, which proved it receives there
+    /// (a NAT rebound the remote's mapping; see
+    /// [`HostConfig::address_change`](crate::HostConfig::address_change)): the core's
+    /// [`Event::AddressChanged`](crate::Event::AddressChanged). From now on
+    /// [`Host::peers`](crate::Host::peers) and the connection's
+    /// [`Peer::remote`](crate::Peer::remote) say the new address.
+    #[non_exhaustive]
+    AddressChanged {
+        /// The connection, with its new address in `remote`.
+        peer: PeerInfo,
+        /// The address it had.
+        old: SocketAddr,
+    },
     /// A connection ended: what its [`Peer::recv`](crate::Peer::recv) returns once its
     /// packets are read.
     #[non_exhaustive]
     Disconnected {
-        /// The connection, as it was reported connected.
+        /// The connection, as [`Host::peers`](crate::Host::peers) last listed it (with
+        /// the address it had last).
         peer: PeerInfo,
         /// Why it ended.
         reason: DisconnectReason,
@@ -108,6 +124,16 @@ impl Connections {
         let mut state = self.lock();
         state.peers.insert(peer.id, peer.clone());
         state.publish(&HostEvent::Connected { peer });
+    }
+
+    /// The core reported that `id` moved from `old` to `new`; nothing if it was never
+    /// handed over (or has ended).
+    pub(crate) fn moved(&self, id: PeerId, old: SocketAddr, new: SocketAddr) {
+        let mut state = self.lock();
+        let Some(peer) = state.peers.get_mut(id) else { return };
+        peer.remote = new;
+        let peer = peer.clone();
+        state.publish(&HostEvent::AddressChanged { peer, old });
     }
 
     /// The core reported the end of `id`; nothing if it was never handed over.
@@ -299,6 +325,31 @@ mod tests {
         assert_eq!(events[0], HostEvent::Lagged { missed: (published - EVENT_QUEUE) as u64 });
         assert_eq!(events.len(), EVENT_QUEUE + 1);
         assert!(matches!(events[EVENT_QUEUE], HostEvent::Disconnected { ref peer, .. } if peer.id == ids[7]));
+    }
+
+    /// A move updates the listing and is published with both addresses; a stream opened
+    /// afterwards starts with the new address, the departure carries it too, and a move
+    /// of a connection never handed over (or gone) publishes nothing.
+    #[test]
+    fn a_move_is_listed_and_published() {
+        let ids = ids(2);
+        let connections = Connections::new(2);
+        let events = connections.subscribe();
+        let (old, new) = (SocketAddr::from(([10, 0, 0, 1], 1)), SocketAddr::from(([10, 0, 0, 1], 2)));
+        connections.connected(info(ids[0]));
+        connections.moved(ids[0], old, new);
+        connections.moved(ids[1], old, new);
+        assert_eq!(connections.peers().iter().map(|p| p.remote).collect::<Vec<_>>(), [new]);
+        let seen = drain(&events);
+        assert_eq!(seen.len(), 2);
+        assert!(
+            matches!(&seen[1], HostEvent::AddressChanged { peer, old: o } if peer.id == ids[0] && peer.remote == new && *o == old)
+        );
+        let late = connections.subscribe();
+        assert!(matches!(&drain(&late)[..], [HostEvent::Connected { peer }] if peer.remote == new));
+        connections.disconnected(ids[0], DisconnectReason::Timeout);
+        connections.moved(ids[0], new, old);
+        assert!(matches!(&drain(&events)[..], [HostEvent::Disconnected { peer, .. }] if peer.remote == new));
     }
 
     /// A disconnection of a connection never handed over publishes nothing; a stream made

@@ -401,6 +401,16 @@ impl Routes {
                     }
                 }
             }
+            Event::AddressChanged { peer, old, new, .. } => {
+                // The connection goes on from `new`: every copy of its address follows.
+                // (Before its `Connected`, a peer cannot move: only a connected one
+                // validates a new address.)
+                self.transports.moved(peer, new);
+                if let Some(inbox) = self.inboxes.get(&peer) {
+                    inbox.shared.set_remote(new);
+                }
+                self.shared.connections.moved(peer, old, new);
+            }
             Event::Disconnected { peer, reason, .. } => {
                 self.transports.ended(peer);
                 // A request that timed out undecided leaves the queue.
@@ -532,10 +542,9 @@ impl Inbox {
     fn new(id: PeerId, remote: SocketAddr, data: Bytes, client_id: Option<u64>) -> (Self, PeerParts) {
         let mailbox = Arc::new(Mailbox::default());
         let (ended, ended_rx) = async_channel::bounded(1);
-        let shared = Arc::new(PeerShared::default());
+        let shared = Arc::new(PeerShared::new(remote));
         let parts = PeerParts {
             id,
-            remote,
             data,
             client_id,
             mailbox: Arc::clone(&mailbox),

@@ -125,8 +125,11 @@ impl HostShared {
 }
 
 /// The state of a connection that the driver and the connection's handles share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PeerShared {
+    /// The remote's address now: the driver writes it when the core reports the
+    /// connection established and each time it moves (`Event::AddressChanged`).
+    pub(crate) remote: Mutex<SocketAddr>,
     /// Why the connection ended, set when the core reports it.
     pub(crate) reason: OnceLock<DisconnectReason>,
     /// See [`DeliveryStats`].
@@ -135,10 +138,31 @@ pub(crate) struct PeerShared {
     pub(crate) datagrams_deferred: AtomicU64,
 }
 
-/// An established connection as the driver hands it to `connect` or `accept`.
+impl PeerShared {
+    pub(crate) fn new(remote: SocketAddr) -> Self {
+        Self {
+            remote: Mutex::new(remote),
+            reason: OnceLock::new(),
+            unreliable_dropped: AtomicU64::new(0),
+            datagrams_deferred: AtomicU64::new(0),
+        }
+    }
+
+    /// The remote's address now.
+    pub(crate) fn remote(&self) -> SocketAddr {
+        *self.remote.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection moved to `remote`.
+    pub(crate) fn set_remote(&self, remote: SocketAddr) {
+        *self.remote.lock().unwrap_or_else(PoisonError::into_inner) = remote;
+    }
+}
+
+/// An established connection as the driver hands it to `connect` or `accept` (its
+/// remote's address is in `shared`, which follows the connection when it moves).
 pub(crate) struct PeerParts {
     pub(crate) id: PeerId,
-    pub(crate) remote: SocketAddr,
     /// From `Event::Connected`: the remote's connect data (a secure server: the token's
     /// user data) and, on a secure server, the token's client id.
     pub(crate) data: Bytes,
@@ -370,8 +394,10 @@ impl Host {
     /// A stream of the host's connection events: first a
     /// [`Connected`](crate::HostEvent::Connected) for every connection [`Host::peers`]
     /// lists now, then a `Connected` for each new one (with its connect data and, on a
-    /// secure server, client id) and a [`Disconnected`](crate::HostEvent::Disconnected)
-    /// with the reason for each that ends, in the order they happen. Every subscriber
+    /// secure server, client id), an [`AddressChanged`](crate::HostEvent::AddressChanged)
+    /// for each that moves to a new address of its remote, and a
+    /// [`Disconnected`](crate::HostEvent::Disconnected) with the reason for each that
+    /// ends, in the order they happen. Every subscriber
     /// sees every event; a server notices who left without polling every [`Peer`].
     ///
     /// Events wait in a bounded queue per stream ([`EVENT_QUEUE`](crate::EVENT_QUEUE),
@@ -494,7 +520,6 @@ pub struct Peer {
 
 struct PeerInner {
     id: PeerId,
-    remote: SocketAddr,
     data: Bytes,
     client_id: Option<u64>,
     mailbox: Arc<Mailbox>,
@@ -513,14 +538,17 @@ impl Drop for PeerInner {
 
 impl fmt::Debug for Peer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Peer").field("id", &self.inner.id).field("remote", &self.inner.remote).finish_non_exhaustive()
+        f.debug_struct("Peer")
+            .field("id", &self.inner.id)
+            .field("remote", &self.inner.shared.remote())
+            .finish_non_exhaustive()
     }
 }
 
 impl Peer {
     fn new(parts: PeerParts, link: Link) -> Self {
-        let PeerParts { id, remote, data, client_id, mailbox, ended, shared } = parts;
-        Self { inner: Arc::new(PeerInner { id, remote, data, client_id, mailbox, ended, shared, link }) }
+        let PeerParts { id, data, client_id, mailbox, ended, shared } = parts;
+        Self { inner: Arc::new(PeerInner { id, data, client_id, mailbox, ended, shared, link }) }
     }
 
     /// The connection's id in the core.
@@ -528,9 +556,15 @@ impl Peer {
         self.inner.id
     }
 
-    /// The remote address.
+    /// The remote's address now: where the connection's datagrams come from and go to.
+    /// It changes if the remote's address does and the remote proves it receives at the
+    /// new one (a NAT that rebound its mapping: see
+    /// [`HostConfig::address_change`](crate::HostConfig::address_change)); the host's
+    /// [`events`](Host::events) report each move as
+    /// [`HostEvent::AddressChanged`](crate::HostEvent::AddressChanged). It keeps the last
+    /// address once the connection has ended.
     pub fn remote(&self) -> SocketAddr {
-        self.inner.remote
+        self.inner.shared.remote()
     }
 
     /// The connect data the remote sent with its request ([`Host::connect_with`]): on a

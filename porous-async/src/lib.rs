@@ -130,8 +130,10 @@
 //! A game server needs its whole population every tick, not only one task per
 //! connection: [`Host::peers`] lists the established connections ([`PeerInfo`]: id,
 //! address, connect data, client id); [`Host::events`] streams [`HostEvent`]s, a
-//! `Connected` for each new connection and a `Disconnected` with the reason for each that
-//! ends, so a server notices who left without polling every [`Peer`]; and
+//! `Connected` for each new connection, an `AddressChanged` for each that moves to a new
+//! address of its remote (a NAT rebinding; [`Peer::remote`] follows it too) and a
+//! `Disconnected` with the reason for each that ends, so a server notices who left
+//! without polling every [`Peer`]; and
 //! [`Host::broadcast`] and [`Host::send_to`] queue one packet for every connection or a
 //! set of them in one call (the payload shared, not copied), returning the connections
 //! that refused it.

@@ -155,6 +155,20 @@ impl Transports {
         }
     }
 
+    /// The core reported that `peer` moved to `new` (its remote proved it receives there).
+    /// The transport that heard of its connection at the old address hears of its end
+    /// there (nothing of the connection goes that way any more), and the owner of `new`,
+    /// if any, of its connection. A transport that names each remote by an address of an
+    /// IP of its own never sees this: the core moves a connection only to another port of
+    /// its IP, and the driver drops socket datagrams from a transport's addresses.
+    pub(crate) fn moved(&mut self, peer: PeerId, new: SocketAddr) {
+        if self.list.is_empty() {
+            return;
+        }
+        self.ended(peer);
+        self.connected(peer, new);
+    }
+
     /// The core reported `peer` ended: the transport that heard of its connection hears of
     /// its end.
     pub(crate) fn ended(&mut self, peer: PeerId) {
@@ -184,5 +198,53 @@ impl Transports {
             more |= t.poll_arrivals(cx, &mut |a| report(stats, a)).is_ready();
         }
         more
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use porous_proto::HostConfig;
+
+    use super::*;
+
+    /// A transport that owns the addresses of 10.9.0.0/16 and records what it is told.
+    #[derive(Debug)]
+    struct Recorder(Arc<Mutex<Vec<(SocketAddr, PeerChange)>>>);
+
+    impl Transport for Recorder {
+        fn owns(&self, addr: SocketAddr) -> bool {
+            matches!(addr.ip(), std::net::IpAddr::V4(ip) if ip.octets()[..2] == [10, 9])
+        }
+        fn poll_arrivals(&mut self, _: &mut Context<'_>, _: &mut dyn FnMut(Arrival<'_>)) -> Poll<()> {
+            Poll::Pending
+        }
+        fn send(&mut self, _: SocketAddr, _: Bytes) {}
+        fn peer(&mut self, remote: SocketAddr, change: PeerChange) {
+            self.0.lock().unwrap().push((remote, change));
+        }
+    }
+
+    /// A connection that moves between a transport's addresses is reported ended at the
+    /// old one and connected at the new; one that moves off the transport only ended, and
+    /// its later end is not reported twice; one that moves onto it is reported connected.
+    #[test]
+    fn a_move_is_reported_to_the_transports_it_leaves_and_joins() {
+        let mut core = porous_proto::Host::with_seed(HostConfig::default(), 1).unwrap();
+        let peer = core.connect(Instant::now(), SocketAddr::from(([10, 0, 0, 2], 1))).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut transports = Transports::default();
+        transports.attach(Box::new(Recorder(Arc::clone(&log))));
+        let (a, b) = (SocketAddr::from(([10, 9, 0, 1], 1)), SocketAddr::from(([10, 9, 0, 1], 2)));
+        let udp = SocketAddr::from(([10, 0, 0, 1], 3));
+        transports.connected(peer, a);
+        transports.moved(peer, b);
+        transports.moved(peer, udp);
+        transports.ended(peer);
+        transports.moved(peer, a);
+        use PeerChange::{Connected, Ended};
+        assert_eq!(*log.lock().unwrap(), [(a, Connected), (a, Ended), (b, Connected), (b, Ended), (a, Connected)]);
     }
 }

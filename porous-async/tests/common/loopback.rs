@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::rt::{
@@ -35,6 +35,7 @@ macro_rules! every_scenario {
             peer_counts_return_to_zero_once_the_clients_have_left,
             a_broadcast_reaches_every_peer_and_send_to_only_the_set,
             hosts_run_on_sockets_the_application_bound,
+            a_client_whose_nat_rebinds_keeps_its_connection,
         );
     };
 }
@@ -654,4 +655,156 @@ pub(crate) async fn hosts_run_on_sockets_the_application_bound() {
     assert_eq!(to_client.recv().await.unwrap(), Packet::new(3, SendMode::Reliable, "own socket"));
     to_client.send(0, vec![7; 5000], SendMode::Reliable).unwrap();
     assert_eq!(to_server.recv().await.unwrap().data.len(), 5000);
+}
+
+/// A NAT-like relay on 127.0.0.1 for the rebinding scenario (porous-mio/tests/rebinding.rs
+/// has its twin): the client sends to `inside`, the relay forwards from its outside socket
+/// to the server and back, dropping about one datagram in `loss` each way, and on
+/// [`Rebinder::rebind`] replaces its outside socket by one on a new port and closes the old
+/// one, as a NAT that forgot the mapping: what the server sends to the old port is lost.
+struct Rebinder {
+    inside: SocketAddr,
+    outside_port: Arc<AtomicU16>,
+    rebind: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Rebinder {
+    fn start(server: SocketAddr, loss: u64) -> Self {
+        let inside_socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        inside_socket.set_nonblocking(true).expect("non-blocking");
+        let inside = inside_socket.local_addr().expect("address");
+        let outside_port = Arc::new(AtomicU16::new(0));
+        let rebind = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (port, again, halt) = (Arc::clone(&outside_port), Arc::clone(&rebind), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            let bind = || {
+                let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+                s.set_nonblocking(true).expect("non-blocking");
+                port.store(s.local_addr().expect("address").port(), Ordering::SeqCst);
+                s
+            };
+            let mut outside = bind();
+            let mut client = None;
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+            let mut keep = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                !rng.is_multiple_of(loss)
+            };
+            let mut buf = vec![0u8; 65_536];
+            while !halt.load(Ordering::SeqCst) {
+                if again.swap(false, Ordering::SeqCst) {
+                    outside = bind();
+                }
+                let mut idle = true;
+                while let Ok((n, from)) = inside_socket.recv_from(&mut buf) {
+                    idle = false;
+                    client = Some(from);
+                    if keep() {
+                        let _ = outside.send_to(&buf[..n], server);
+                    }
+                }
+                while let Ok((n, from)) = outside.recv_from(&mut buf) {
+                    idle = false;
+                    if let (Some(c), true, true) = (client, from == server, keep()) {
+                        let _ = inside_socket.send_to(&buf[..n], c);
+                    }
+                }
+                if idle {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        });
+        Self { inside, outside_port, rebind, stop, thread: Some(thread) }
+    }
+
+    /// The relay's outside address: the client's address as the server sees it.
+    fn outside(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.outside_port.load(Ordering::SeqCst)))
+    }
+
+    /// Replaces the outside socket; returns once the new one is bound.
+    async fn rebind(&self) {
+        let old = self.outside_port.load(Ordering::SeqCst);
+        self.rebind.store(true, Ordering::SeqCst);
+        until(|| self.outside_port.load(Ordering::SeqCst) != old).await;
+    }
+}
+
+impl Drop for Rebinder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Address change through the async layer (issue 38): a client reaches the server through
+/// a lossy NAT-like relay that rebinds mid-stream. Reliable messages go on arriving
+/// exactly once and in order both ways, and the server's handle, its list of peers and
+/// its event stream all follow the connection to the new port. (The handle and the list
+/// once kept the address of the handshake: the server's view of its client went stale.)
+pub(crate) async fn a_client_whose_nat_rebinds_keeps_its_connection() {
+    const MESSAGES: u32 = 300;
+    let config = HostConfig::default();
+    let server = bind(&config).await;
+    let client = bind(&config).await;
+    let mut events = server.events();
+    let relay = Rebinder::start(server.local_addr(), 20);
+    let accepting = spawn({
+        let server = server.clone();
+        async move { server.accept().await.expect("accept") }
+    });
+    let to_server = client.connect(relay.inside).await.expect("connect");
+    let to_client = accepting.await;
+    let first = relay.outside();
+    assert_eq!(to_client.remote(), first);
+    assert_eq!(joined(&mut events).await.remote, first);
+
+    let reader = |peer: Peer| {
+        spawn(async move {
+            let mut got = Vec::new();
+            while got.len() < MESSAGES as usize {
+                let packet = peer.recv().await.expect("the connection lasts");
+                let (index, mode) = check(0, &packet.data);
+                assert_eq!(mode, mode_byte(SendMode::Reliable));
+                got.push(index);
+            }
+            got
+        })
+    };
+    let (at_server, at_client) = (reader(to_client.clone()), reader(to_server.clone()));
+    for i in 0..MESSAGES {
+        to_server.send(0, packet(0, i, SendMode::Reliable, 8), SendMode::Reliable).unwrap();
+        to_client.send(0, packet(0, i, SendMode::Reliable, 8), SendMode::Reliable).unwrap();
+        if i == MESSAGES / 3 {
+            relay.rebind().await;
+        }
+        sleep(Duration::from_millis(5)).await;
+    }
+    // The client's last 200 messages could reach it only at the new port: the server has
+    // moved the connection by the time they all arrived.
+    assert!(at_server.await.into_iter().eq(0..MESSAGES), "the server's messages, exactly once and in order");
+    assert!(at_client.await.into_iter().eq(0..MESSAGES), "the client's messages, exactly once and in order");
+    let new = relay.outside();
+    assert_ne!(new, first);
+    assert_eq!(to_client.remote(), new, "the handle follows the connection");
+    let listed: Vec<SocketAddr> = server.peers().iter().map(|p| p.remote).collect();
+    assert_eq!(listed, [new], "the list follows the connection");
+    match next_event(&mut events).await {
+        HostEvent::AddressChanged { peer, old, .. } => {
+            assert_eq!((peer.id, peer.remote, old), (to_client.id(), new, first));
+        }
+        other => panic!("expected the move, got {other:?}"),
+    }
+    assert_eq!(server.stats().address_changes, 1);
+    // The connection ends as usual, reported at the address it has.
+    to_client.disconnect_now();
+    let (gone, reason) = left(&mut events).await;
+    assert_eq!((gone.id, gone.remote, reason), (to_client.id(), new, DisconnectReason::Local));
 }
