@@ -1,6 +1,6 @@
 //! A relay on 127.0.0.1 between a client and a server that loses, delays and jitters
-//! datagrams, like a small bad network, on two threads of its own so that neither host's
-//! loop paces it. The intake thread blocks in `recv_from`, so a datagram is stamped the
+//! datagrams and drops those larger than its path MTU, like a small bad network, on two
+//! threads of its own so that neither host's loop paces it. The intake thread blocks in `recv_from`, so a datagram is stamped the
 //! moment it arrives, and decides its fate; the forwarding thread holds it and sends it
 //! when it is due, waking on a channel's timed receive (a futex with a nanosecond timeout:
 //! no millisecond rounding, no spinning on a two-core machine). A direction is a queue,
@@ -28,6 +28,22 @@ pub struct Path {
     pub jitter: Duration,
     /// Seeds the relay's generators (one per direction).
     pub seed: u64,
+    /// The path's MTU, IPv4 and UDP headers counted ([`IP_UDP_HEADERS`]): a datagram
+    /// whose UDP payload is larger than `mtu - 28` is dropped silently, as a router that
+    /// cannot forward it and sends no ICMP message would (counted in
+    /// [`RelayStats::too_large`]). `None`: loopback's own, 65,536.
+    pub mtu: Option<usize>,
+}
+
+/// IPv4 and UDP headers: what a path MTU counts beyond a datagram's UDP payload (the relay
+/// is on 127.0.0.1).
+pub const IP_UDP_HEADERS: usize = 28;
+
+impl Path {
+    /// Whether the path carries a datagram of `len` bytes of UDP payload.
+    pub fn carries(&self, len: usize) -> bool {
+        self.mtu.is_none_or(|mtu| len + IP_UDP_HEADERS <= mtu)
+    }
 }
 
 /// Which way a datagram goes: [`TO_SERVER`] (from the client) or [`TO_CLIENT`].
@@ -44,13 +60,16 @@ pub struct RelayStats {
     pub forwarded: [u64; 2],
     /// Of those, POROUS datagrams that carried a frame (see `dropped_frames`).
     pub forwarded_frames: [u64; 2],
-    /// Datagrams dropped.
+    /// Datagrams dropped at random (`Path::loss`).
     pub dropped: [u64; 2],
     /// Of those, POROUS datagrams that carried a frame (a connection datagram with its `D`
     /// bit: `docs/wire-format.md`): what a sender can count as lost. The others carried
     /// acknowledgements and pings only, or were handshake and disconnection datagrams,
     /// which no sender counts as lost frames.
     pub dropped_frames: [u64; 2],
+    /// Datagrams dropped for being larger than the path's MTU (`Path::mtu`), apart from
+    /// `dropped`.
+    pub too_large: [u64; 2],
     /// How late the relay forwarded datagrams, both ways: the 99th percentile and the
     /// worst. What it adds to the path's delay is the machine's scheduling, not POROUS: on
     /// a busy two-core machine it is the floor of every latency figure's noise.
@@ -68,8 +87,9 @@ pub fn carries_frame(datagram: &[u8]) -> bool {
 /// A datagram the relay holds: when it is due, which way it goes, where, what.
 type Held = (Instant, Direction, SocketAddr, Vec<u8>);
 
-/// What the intake thread counts: drops, and frame drops, per direction.
-type Drops = ([u64; 2], [u64; 2]);
+/// What the intake thread counts per direction: random drops, of those the frames, and
+/// drops for size.
+type Drops = ([u64; 2], [u64; 2], [u64; 2]);
 
 /// What the forwarding thread counts: datagrams and frames forwarded per direction, and
 /// how late each datagram was.
@@ -104,7 +124,7 @@ impl Relay {
                 let mut seeds = Rng::new(path.seed);
                 let mut rng = [Rng::new(seeds.next_u64()), Rng::new(seeds.next_u64())];
                 let (mut client, mut last_due) = (None, [None::<Instant>; 2]);
-                let (mut dropped, mut frames) = ([0u64; 2], [0u64; 2]);
+                let (mut dropped, mut frames, mut too_large) = ([0u64; 2], [0u64; 2], [0u64; 2]);
                 let mut buf = vec![0u8; 65_536];
                 while !stop.load(Ordering::Acquire) {
                     let (n, from) = match socket.recv_from(&mut buf) {
@@ -124,7 +144,14 @@ impl Relay {
                         client = Some(from);
                         (TO_SERVER, server)
                     };
-                    if rng[dir].unit() < path.loss {
+                    // Drawn whatever the size: a datagram too large does not shift the
+                    // loss pattern of those after it.
+                    let lost = rng[dir].unit() < path.loss;
+                    if !path.carries(n) {
+                        too_large[dir] += 1;
+                        continue;
+                    }
+                    if lost {
                         dropped[dir] += 1;
                         frames[dir] += u64::from(carries_frame(&buf[..n]));
                         continue;
@@ -140,7 +167,7 @@ impl Relay {
                         break;
                     }
                 }
-                Ok((dropped, frames))
+                Ok((dropped, frames, too_large))
             })
         };
         let forward = thread::spawn(move || -> std::io::Result<Forwards> {
@@ -181,12 +208,21 @@ impl Relay {
     /// Stops the relay (what it still holds is not forwarded) and says what it did.
     pub fn finish(self) -> std::io::Result<RelayStats> {
         self.stop.store(true, Ordering::Release);
-        let (dropped, dropped_frames) = self.intake.join().map_err(|_| io_error("relay intake panicked"))??;
+        let (dropped, dropped_frames, too_large) =
+            self.intake.join().map_err(|_| io_error("relay intake panicked"))??;
         let (forwarded, forwarded_frames, mut late) =
             self.forward.join().map_err(|_| io_error("relay forwarder panicked"))??;
         late.sort();
         let at = |q: f64| late.get(((late.len().max(1) - 1) as f64 * q) as usize).copied().unwrap_or_default();
-        Ok(RelayStats { forwarded, forwarded_frames, dropped, dropped_frames, late_p99: at(0.99), late_max: at(1.0) })
+        Ok(RelayStats {
+            forwarded,
+            forwarded_frames,
+            dropped,
+            dropped_frames,
+            too_large,
+            late_p99: at(0.99),
+            late_max: at(1.0),
+        })
     }
 }
 
@@ -207,6 +243,28 @@ mod tests {
         assert!(!carries_frame(&[]));
     }
 
+    /// A relay with a path MTU forwards datagrams up to it, headers counted, and drops
+    /// larger ones silently, counting them apart from random loss.
+    #[test]
+    fn a_relay_drops_what_its_path_mtu_does_not_carry() {
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+        server.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let path = Path { loss: 0.0, delay: Duration::ZERO, jitter: Duration::ZERO, seed: 7, mtu: Some(1280) };
+        let relay = Relay::start(server.local_addr().unwrap(), path).unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for len in [1200, 1253, 1252, 9000, 1] {
+            client.send_to(&vec![0x40; len], relay.addr()).unwrap();
+        }
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16_384];
+        while let Ok((n, _)) = server.recv_from(&mut buf) {
+            got.push(n);
+        }
+        let stats = relay.finish().unwrap();
+        assert_eq!(got, [1200, 1252, 1]);
+        assert_eq!((stats.too_large, stats.dropped, stats.forwarded), ([2, 0], [0, 0], [3, 0]));
+    }
+
     /// Everything through a lossless relay arrives, in order, from the relay's address;
     /// through one that loses everything, nothing does, and each drop is counted.
     #[test]
@@ -214,7 +272,8 @@ mod tests {
         for loss in [0.0, 1.0] {
             let server = UdpSocket::bind("127.0.0.1:0").unwrap();
             server.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-            let path = Path { loss, delay: Duration::from_millis(2), jitter: Duration::from_millis(1), seed: 7 };
+            let path =
+                Path { loss, delay: Duration::from_millis(2), jitter: Duration::from_millis(1), seed: 7, mtu: None };
             let relay = Relay::start(server.local_addr().unwrap(), path).unwrap();
             let client = UdpSocket::bind("127.0.0.1:0").unwrap();
             for i in 0..20u8 {

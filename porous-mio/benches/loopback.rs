@@ -1,6 +1,7 @@
 //! porous-mio over real UDP on 127.0.0.1: bulk reliable transfer next to raw UDP baselines
 //! (issues 9 and 20), then bulk and a 60 Hz game stream through a lossy relay (issues 16
-//! and 17), all in one run. Prints its figures; no criterion. The relay, the streams and
+//! and 17), then path MTU discovery through that relay given a path MTU (issue 38), all
+//! in one run. Prints its figures; no criterion. The relay, the streams and
 //! the raw baselines are `porous_loopback`'s, shared with the demo and with porous-tokio's
 //! bench, which measures that adapter against the same baselines.
 //!
@@ -61,14 +62,31 @@
 //!   the machine in the same round (its "reliable" figures are the 50-byte packets that
 //!   arrived).
 //!
+//!
+//! Then path MTU discovery (issue 38, `pmtu.rs`): the same relay given a path MTU
+//! (`--path-mtu`, IPv4 and UDP headers counted; larger datagrams dropped silently), and a
+//! bulk transfer of `--pmtu` bytes in reliable packets of `--pmtu-packet` bytes through it:
+//!
+//! - `pmtu-off` and `pmtu-on`: discovery off (the default) and on (`--max-mtu` on both
+//!   sides, the base 1,200). Measured: goodput, the sender's datagrams per MB of payload,
+//!   the size it reached and how long after it was connected, probes, black holes, and
+//!   that every reliable packet arrived exactly once and in order.
+//! - `pmtu-low`: discovery on through a relay of `--low-mtu` bytes, below the ceiling: the
+//!   search settles between the base and the ceiling.
+//!
 //! ```text
 //! cargo bench -p porous-mio --bench loopback [-- --small 500000 --large 200000 --runs 5
 //!     --lossy 2000 --realtime 20 --loss 0.05 --delay 25 --jitter 0 --seed 1 --trace 50
-//!     --only mio,raw,lossy-model,lossy-aimd,realtime-repair,realtime-norepair,realtime-raw]
+//!     --pmtu 2000000 --pmtu-packet 300 --path-mtu 1500 --low-mtu 1280 --max-mtu 1452
+//!     --only mio,raw,lossy-model,lossy-aimd,realtime-repair,realtime-norepair,realtime-raw,
+//!            pmtu-off,pmtu-on,pmtu-low]
 //! ```
 //!
 //! Without `--bench` on its command line (as under `cargo test --benches`) it runs one
 //! short round only.
+
+#[path = "loopback/pmtu.rs"]
+mod pmtu;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -105,6 +123,18 @@ enum Scenario {
     /// The same stream over plain sockets through the same relay, no protocol: what the
     /// path and this machine's scheduling give.
     RealtimeRaw,
+    /// Bulk of small packets through the lossy relay given a path MTU, path MTU discovery
+    /// on or off (issue 38; `pmtu`).
+    Pmtu(PmtuCase),
+}
+
+/// The `pmtu-*` scenarios: discovery off or on through the relay of `--path-mtu`, or on
+/// through one of `--low-mtu`, below the ceiling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PmtuCase {
+    Off,
+    On,
+    Low,
 }
 
 impl Scenario {
@@ -123,9 +153,11 @@ impl Scenario {
     const LOSSY: [Self; 2] = [Self::Lossy(CongestionControl::Model), Self::Lossy(CongestionControl::Aimd)];
     /// The game stream through the lossy relay (issue 17).
     const REALTIME: [Self; 3] = [Self::Realtime { repair: true }, Self::Realtime { repair: false }, Self::RealtimeRaw];
+    /// Path MTU discovery through the relay given a path MTU (issue 38).
+    const PMTU: [Self; 3] = [Self::Pmtu(PmtuCase::Off), Self::Pmtu(PmtuCase::On), Self::Pmtu(PmtuCase::Low)];
 
     fn all() -> impl Iterator<Item = Self> {
-        Self::CLEAN.into_iter().chain(Self::LOSSY).chain(Self::REALTIME)
+        Self::CLEAN.into_iter().chain(Self::LOSSY).chain(Self::REALTIME).chain(Self::PMTU)
     }
 
     fn name(self) -> &'static str {
@@ -141,6 +173,9 @@ impl Scenario {
             Self::Realtime { repair: true } => "realtime-repair",
             Self::Realtime { repair: false } => "realtime-norepair",
             Self::RealtimeRaw => "realtime-raw",
+            Self::Pmtu(PmtuCase::Off) => "pmtu-off",
+            Self::Pmtu(PmtuCase::On) => "pmtu-on",
+            Self::Pmtu(PmtuCase::Low) => "pmtu-low",
         }
     }
 
@@ -577,13 +612,23 @@ struct Options {
     /// Print the sender's view of the path every this often during a `lossy-*` run, to
     /// see how its controller got where it ended (`--trace MS`).
     trace: Option<Duration>,
+    /// The `pmtu-*` transfer: payload bytes (`--pmtu`) in packets of this size
+    /// (`--pmtu-packet`).
+    pmtu_bytes: u64,
+    pmtu_packet: usize,
+    /// The relay's path MTU in `pmtu-off` and `pmtu-on`, and in `pmtu-low`, IPv4 and UDP
+    /// headers counted (`--path-mtu`, `--low-mtu`).
+    path_mtu: usize,
+    low_mtu: usize,
+    /// Discovery's ceiling in `pmtu-on` and `pmtu-low`, on both sides (`--max-mtu`).
+    max_mtu: usize,
 }
 
 fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench");
     // Issue 16's and 17's path: 5% loss each way, 25 ms one-way.
-    let path = Path { loss: 0.05, delay: Duration::from_millis(25), jitter: Duration::ZERO, seed: 1 };
+    let path = Path { loss: 0.05, delay: Duration::from_millis(25), jitter: Duration::ZERO, seed: 1, mtu: None };
     let all = Scenario::all().collect();
     let mut o = if full {
         Options {
@@ -595,6 +640,11 @@ fn options() -> Options {
             realtime: Duration::from_secs(20),
             path,
             trace: None,
+            pmtu_bytes: 2_000_000,
+            pmtu_packet: 300,
+            path_mtu: 1500,
+            low_mtu: 1280,
+            max_mtu: 1452,
         }
     } else {
         // The smoke run: every scenario once, briefly.
@@ -607,6 +657,11 @@ fn options() -> Options {
             realtime: Duration::from_millis(500),
             path,
             trace: None,
+            pmtu_bytes: 100_000,
+            pmtu_packet: 300,
+            path_mtu: 1500,
+            low_mtu: 1280,
+            max_mtu: 1452,
         }
     };
     let mut it = args.iter().skip(1);
@@ -624,6 +679,13 @@ fn options() -> Options {
             "--jitter" => o.path.jitter = ms(value(), o.path.jitter),
             "--seed" => o.path.seed = value().parse().unwrap_or(o.path.seed),
             "--trace" => o.trace = value().parse::<f64>().ok().map(|ms| Duration::from_secs_f64(ms / 1e3)),
+            "--pmtu" => o.pmtu_bytes = value().parse().unwrap_or(o.pmtu_bytes),
+            "--pmtu-packet" => {
+                o.pmtu_packet = value().parse::<usize>().map_or(o.pmtu_packet, |v| v.max(stream::HEADER));
+            }
+            "--path-mtu" => o.path_mtu = value().parse().unwrap_or(o.path_mtu),
+            "--low-mtu" => o.low_mtu = value().parse().unwrap_or(o.low_mtu),
+            "--max-mtu" => o.max_mtu = value().parse().unwrap_or(o.max_mtu),
             "--only" => {
                 let names = value();
                 o.scenarios = Scenario::all().filter(|s| names.split(',').any(|n| n == s.name())).collect();
@@ -789,6 +851,7 @@ fn main() -> std::io::Result<()> {
     let clean = clean_runs(&o)?;
     let lossy = lossy_runs(&o)?;
     let streams = realtime_runs(&o)?;
+    let pmtu = pmtu_runs(&o)?;
     if !clean.is_empty() {
         println!();
         println!("medians (min-max) of {} runs; ratios per run against `raw` of the same run:", o.runs);
@@ -796,6 +859,7 @@ fn main() -> std::io::Result<()> {
     }
     lossy_medians(&o, &lossy);
     realtime_medians(&o, &streams);
+    pmtu_medians(&o, &pmtu);
     Ok(())
 }
 
@@ -833,7 +897,7 @@ fn clean_runs(o: &Options) -> std::io::Result<Vec<CleanTable>> {
                         let (dsize, count, _) = shape.unwrap_or((size + 10, n, 1.0));
                         raw_run(scenario == Scenario::RawBatched, dsize, count)?
                     }
-                    Scenario::Lossy(_) | Scenario::Realtime { .. } | Scenario::RealtimeRaw => {
+                    Scenario::Lossy(_) | Scenario::Realtime { .. } | Scenario::RealtimeRaw | Scenario::Pmtu(_) => {
                         unreachable!("not a clean-path scenario")
                     }
                 };
@@ -1076,6 +1140,138 @@ fn realtime_medians(o: &Options, results: &[(Scenario, Vec<Stream>)]) {
             scenario.name(),
             spread(&above(|s| &s.reliable), 1),
             spread(&above(|s| &s.unreliable), 1)
+        );
+    }
+}
+
+/// The `pmtu-*` scenarios, each once per round, the rounds' relays seeded as the lossy
+/// scenarios' are.
+fn pmtu_runs(o: &Options) -> std::io::Result<Vec<(Scenario, Vec<pmtu::Run>)>> {
+    let mut results = selected(o, &Scenario::PMTU);
+    if results.is_empty() {
+        return Ok(results);
+    }
+    println!();
+    println!(
+        "== path MTU discovery: {} B of reliable packets of {} B through a relay, {:.0}% loss each way, {} ms one-way \
+         (+ up to {} ms jitter); base 1200, max_mtu {} when on; relay MTU {} (pmtu-low: {}), IPv4+UDP headers counted",
+        o.pmtu_bytes,
+        o.pmtu_packet,
+        o.path.loss * 100.0,
+        o.path.delay.as_millis(),
+        o.path.jitter.as_millis(),
+        o.max_mtu,
+        o.path_mtu,
+        o.low_mtu,
+    );
+    for run in 0..o.runs {
+        let path = path_of_run(o, run);
+        for i in round_order(run, results.len()) {
+            let scenario = results[i].0;
+            let Scenario::Pmtu(case) = scenario else { unreachable!("not a pmtu scenario") };
+            let (max_mtu, mtu) = match case {
+                PmtuCase::Off => (0, o.path_mtu),
+                PmtuCase::On => (o.max_mtu, o.path_mtu),
+                PmtuCase::Low => (o.max_mtu, o.low_mtu),
+            };
+            let outcome = pmtu::run(max_mtu, o.pmtu_packet, o.pmtu_bytes, Path { mtu: Some(mtu), ..path })?;
+            print_pmtu(scenario, run, path.seed, &outcome);
+            if !outcome.exactly_once {
+                return Err(io_error(format!("{}: a reliable packet did not arrive exactly once", scenario.name())));
+            }
+            results[i].1.push(outcome);
+        }
+    }
+    Ok(results)
+}
+
+/// A duration in ms, or "-" for none.
+fn ms_or_dash(d: Option<Duration>) -> String {
+    d.map_or_else(|| String::from("-"), |d| format!("{:.1}", d.as_secs_f64() * 1e3))
+}
+
+fn print_pmtu(scenario: Scenario, run: usize, seed: u64, r: &pmtu::Run) {
+    let (probes, probes_lost) = r.probes();
+    let sizes: Vec<String> =
+        r.mtu_log.iter().map(|&(t, m)| format!("{m} at {:.0} ms", t.as_secs_f64() * 1e3)).collect();
+    println!(
+        "{:<17} run {run} (seed {seed}): {:>8.1} ms  goodput {:>10}  {:.0} datagrams/MB, {:.3} wire B per payload B; \
+         size {} (reached after {} ms{}), {probes} probes ({probes_lost} unanswered), {} black holes; {}; relay dropped \
+         {}+{} at random and {}+{} too large (data+acks); sizes: {}",
+        scenario.name(),
+        r.wall.as_secs_f64() * 1e3,
+        mbps(r.goodput()),
+        r.datagrams_per_mb(),
+        r.wire_per_byte(),
+        r.final_mtu(),
+        ms_or_dash(r.reached()),
+        if r.unsettled { ", search unfinished" } else { "" },
+        r.black_holes(),
+        if r.exactly_once {
+            format!("all {} reliable packets exactly once, in order", r.delivered)
+        } else {
+            format!(
+                "GUARANTEE BROKEN: {} delivered, {} duplicated or reordered, {} missing",
+                r.delivered, r.out_of_order, r.missing
+            )
+        },
+        r.relay.dropped[0],
+        r.relay.dropped[1],
+        r.relay.too_large[0],
+        r.relay.too_large[1],
+        sizes.join(", "),
+    );
+}
+
+fn pmtu_medians(o: &Options, results: &[(Scenario, Vec<pmtu::Run>)]) {
+    if results.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "path MTU discovery, {} B in {} B reliable packets, {:.0}% loss each way, {} ms one-way: medians (min-max) of \
+         {} runs; the sender's datagrams (data, acknowledgements, pings, probes) during the transfer; time to reach from \
+         the sender's connection",
+        o.pmtu_bytes,
+        o.pmtu_packet,
+        o.path.loss * 100.0,
+        o.path.delay.as_millis(),
+        o.runs
+    );
+    println!(
+        "  {:<10} {:>9} {:>22} {:>24} {:>20} {:>22} {:>18} {:>26} {:>14} {:>14} {:>14}",
+        "scenario",
+        "relay MTU",
+        "goodput MB/s",
+        "time ms",
+        "datagrams per MB",
+        "wire B / payload B",
+        "size reached",
+        "time to reach ms",
+        "probes",
+        "black holes",
+        "exactly once"
+    );
+    for (scenario, runs) in results {
+        let per = |f: &dyn Fn(&pmtu::Run) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+        let relay_mtu = match scenario {
+            Scenario::Pmtu(PmtuCase::Low) => o.low_mtu,
+            _ => o.path_mtu,
+        };
+        let reached: Vec<f64> = runs.iter().filter_map(|r| r.reached()).map(|d| d.as_secs_f64() * 1e3).collect();
+        println!(
+            "  {:<10} {:>9} {:>22} {:>24} {:>20} {:>22} {:>18} {:>26} {:>14} {:>14} {:>14}",
+            scenario.name(),
+            relay_mtu,
+            spread(&per(&|r| r.goodput() / 1e6), 2),
+            spread(&per(&|r| r.wall.as_secs_f64() * 1e3), 0),
+            spread(&per(&|r| r.datagrams_per_mb()), 0),
+            spread(&per(&|r| r.wire_per_byte()), 3),
+            spread(&per(&|r| r.final_mtu() as f64), 0),
+            if reached.is_empty() { String::from("-") } else { spread(&reached, 1) },
+            spread(&per(&|r| r.probes().0 as f64), 0),
+            spread(&per(&|r| r.black_holes() as f64), 0),
+            format!("{} of {}", runs.iter().filter(|r| r.exactly_once).count(), runs.len()),
         );
     }
 }

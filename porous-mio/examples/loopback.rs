@@ -208,7 +208,7 @@ fn run(o: &Options, live: bool) -> std::io::Result<Report> {
     configure_channels(&mut config, o);
     let mut server = Host::bind_with(any, config.clone(), poll.registry(), SERVER)?;
     let mut client = Host::bind_with(any, config, poll.registry(), CLIENT)?;
-    let path = Path { loss: o.loss, delay: o.delay, jitter: o.jitter, seed: 0x9E37_79B9_7F4A_7C15 };
+    let path = Path { loss: o.loss, delay: o.delay, jitter: o.jitter, seed: 0x9E37_79B9_7F4A_7C15, mtu: None };
     let relay = Relay::start(server.local_addr(), path)?;
     println!(
         "POROUS loopback: server {}, client {}, relay {} ({:.0}% loss, {} ms +{} ms each way), {} s of traffic",
