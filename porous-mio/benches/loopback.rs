@@ -1174,7 +1174,9 @@ fn pmtu_runs(o: &Options) -> std::io::Result<Vec<(Scenario, Vec<pmtu::Run>)>> {
                 PmtuCase::On => (o.max_mtu, o.path_mtu),
                 PmtuCase::Low => (o.max_mtu, o.low_mtu),
             };
-            let outcome = pmtu::run(max_mtu, o.pmtu_packet, o.pmtu_bytes, Path { mtu: Some(mtu), ..path })?;
+            let drops0 = kernel_drops();
+            let mut outcome = pmtu::run(max_mtu, o.pmtu_packet, o.pmtu_bytes, Path { mtu: Some(mtu), ..path })?;
+            outcome.kernel_drops = kernel_drops() - drops0;
             print_pmtu(scenario, run, path.seed, &outcome);
             if !outcome.exactly_once {
                 return Err(io_error(format!("{}: a reliable packet did not arrive exactly once", scenario.name())));
@@ -1192,12 +1194,14 @@ fn ms_or_dash(d: Option<Duration>) -> String {
 
 fn print_pmtu(scenario: Scenario, run: usize, seed: u64, r: &pmtu::Run) {
     let (probes, probes_lost) = r.probes();
+    let (lost, spurious) = r.frames_lost();
     let sizes: Vec<String> =
         r.mtu_log.iter().map(|&(t, m)| format!("{m} at {:.0} ms", t.as_secs_f64() * 1e3)).collect();
     println!(
         "{:<17} run {run} (seed {seed}): {:>8.1} ms  goodput {:>10}  {:.0} datagrams/MB, {:.3} wire B per payload B; \
          size {} (reached after {} ms{}), {probes} probes ({probes_lost} unanswered), {} black holes; {}; relay dropped \
-         {}+{} at random and {}+{} too large (data+acks); sizes: {}",
+         {}+{} at random and {}+{} too large (data+acks), {} dropped by the kernel; frames declared lost {lost} ({spurious} \
+         spurious); sizes: {}",
         scenario.name(),
         r.wall.as_secs_f64() * 1e3,
         mbps(r.goodput()),
@@ -1219,6 +1223,7 @@ fn print_pmtu(scenario: Scenario, run: usize, seed: u64, r: &pmtu::Run) {
         r.relay.dropped[1],
         r.relay.too_large[0],
         r.relay.too_large[1],
+        r.kernel_drops,
         sizes.join(", "),
     );
 }

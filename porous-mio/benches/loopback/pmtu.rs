@@ -62,6 +62,9 @@ pub(crate) struct Run {
     /// The sender's connection at the end.
     pub(crate) sender: Option<PeerStats>,
     pub(crate) relay: RelayStats,
+    /// Datagrams the kernel dropped for a full receive buffer during the run (any
+    /// socket's: the hosts' and the relay's).
+    pub(crate) kernel_drops: u64,
 }
 
 impl Run {
@@ -94,6 +97,11 @@ impl Run {
 
     pub(crate) fn black_holes(&self) -> u64 {
         self.sender.map_or(0, |p| p.transfer.black_holes)
+    }
+
+    /// Frames the sender declared lost and, of those, found delivered after all.
+    pub(crate) fn frames_lost(&self) -> (u64, u64) {
+        self.sender.map_or((0, 0), |p| (p.transfer.frames_lost, p.transfer.losses_spurious))
     }
 
     /// Probes sent and, of those, unanswered.
