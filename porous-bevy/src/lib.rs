@@ -31,8 +31,9 @@
 //! - `PreUpdate`, in [`PorousSystems::Receive`]: each resource's transport hands the
 //!   datagrams that arrived to the core with the frame's time, and the core's events
 //!   become Bevy messages: [`PeerConnected`] (with the connect data), [`PeerDisconnected`]
-//!   (with the reason), [`PacketReceived`], and [`ConnectRequested`] under
-//!   [`HostConfig::manual_accept`]. Nothing is sent here.
+//!   (with the reason), [`PacketReceived`], [`ConnectRequested`] under
+//!   [`HostConfig::manual_accept`], and [`PeerAddressChanged`] when a remote's address
+//!   changes (a NAT rebinding, with [`HostConfig::address_change`]). Nothing is sent here.
 //! - `Update` and the rest: the game reads the messages and calls
 //!   [`PorousServer::send`] and the like, which only queue.
 //! - `PostUpdate`, in [`PorousSystems::Flush`]: the core steps (timers, then everything
@@ -116,6 +117,7 @@ impl Plugin for PorousPlugin {
             .add_message::<PeerDisconnected>()
             .add_message::<PacketReceived>()
             .add_message::<ConnectRequested>()
+            .add_message::<PeerAddressChanged>()
             .add_systems(
                 PreUpdate,
                 (
@@ -159,6 +161,23 @@ pub struct PeerConnected {
     pub data: Bytes,
     /// Secure mode, on a server: the client id of the client's connect token.
     pub client_id: Option<u64>,
+}
+
+/// A connection's remote moved to a new address and proved it receives there
+/// ([`Event::AddressChanged`], with [`HostConfig::address_change`]): a NAT rebinding, for
+/// one. The connection, its peer id and its [`NetStats`] go on; what the app keyed by
+/// address follows `new`.
+#[derive(Message, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerAddressChanged {
+    /// Whose connection.
+    pub side: Side,
+    /// The peer.
+    pub peer: PeerId,
+    /// The address it had ([`PeerConnected::remote`], or the last change's `new`).
+    pub old: SocketAddr,
+    /// The address it has now.
+    pub new: SocketAddr,
 }
 
 /// A connection ended, or an attempt failed ([`Event::Disconnected`]). The peer id is dead
@@ -234,6 +253,7 @@ struct Writers<'w> {
     disconnected: MessageWriter<'w, PeerDisconnected>,
     received: MessageWriter<'w, PacketReceived>,
     requests: MessageWriter<'w, ConnectRequested>,
+    moved: MessageWriter<'w, PeerAddressChanged>,
 }
 
 /// The instant of this frame on Bevy's clock; the wall clock only in an app without
@@ -298,6 +318,9 @@ impl Endpoint {
                 }
                 Event::ConnectRequest { peer, remote, data, client_id, .. } => {
                     w.requests.write(ConnectRequested { peer, remote, data, client_id });
+                }
+                Event::AddressChanged { peer, old, new, .. } => {
+                    w.moved.write(PeerAddressChanged { side, peer, old, new });
                 }
                 // Events a later core may add: nothing here depends on them.
                 _ => {}

@@ -47,7 +47,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-pub use porous_proto::sim::{BurstLoss, LinkConditions, LinkStats, Network, TapRecord, TraceRecord};
+pub use porous_proto::sim::{
+    BurstLoss, LinkConditions, LinkStats, Nat, NatKind, NatStats, Network, TapRecord, TraceRecord,
+};
 use porous_proto::{ConfigError, Host, HostConfig};
 
 use crate::{PorousClient, PorousServer, Transport};

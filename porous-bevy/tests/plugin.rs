@@ -7,10 +7,10 @@ use std::time::Duration;
 use bevy_app::{App, Update};
 use bevy_ecs::prelude::*;
 use bevy_time::{TimePlugin, TimeUpdateStrategy};
-use porous_bevy::sim::{LinkConditions, SimNetwork};
+use porous_bevy::sim::{LinkConditions, Nat, NatKind, SimNetwork};
 use porous_bevy::{
-    Bytes, ClientStatus, DisconnectReason, HostConfig, PacketReceived, PeerConnected, PeerDisconnected, PorousClient,
-    PorousPlugin, PorousServer, SendMode, Side,
+    Bytes, ClientStatus, DisconnectReason, HostConfig, PacketReceived, PeerAddressChanged, PeerConnected,
+    PeerDisconnected, PorousClient, PorousPlugin, PorousServer, SendMode, Side,
 };
 
 const FRAME: Duration = Duration::from_micros(16_667);
@@ -21,6 +21,7 @@ struct Seen {
     connected: Vec<PeerConnected>,
     disconnected: Vec<PeerDisconnected>,
     received: Vec<PacketReceived>,
+    moved: Vec<PeerAddressChanged>,
 }
 
 fn record(
@@ -28,10 +29,12 @@ fn record(
     mut connected: MessageReader<'_, '_, PeerConnected>,
     mut disconnected: MessageReader<'_, '_, PeerDisconnected>,
     mut received: MessageReader<'_, '_, PacketReceived>,
+    mut moved: MessageReader<'_, '_, PeerAddressChanged>,
 ) {
     seen.connected.extend(connected.read().cloned());
     seen.disconnected.extend(disconnected.read().cloned());
     seen.received.extend(received.read().cloned());
+    seen.moved.extend(moved.read().cloned());
 }
 
 /// The server echoes every packet back on its channel, reliably.
@@ -243,4 +246,41 @@ fn a_client_that_cannot_connect_says_why_and_the_app_goes_on() {
     let status = client.world().resource::<PorousClient>().status();
     assert!(matches!(status, ClientStatus::Disconnected(DisconnectReason::Incompatible(_))), "{status:?}");
     assert_eq!(server.world().resource::<Seen>().connected.len(), 0);
+}
+
+#[test]
+fn a_client_whose_nat_rebinds_keeps_its_connection_and_the_server_is_told() {
+    let net = SimNetwork::new(5);
+    let server_addr: SocketAddr = "10.0.0.1:5000".parse().expect("addr");
+    let client_addr: SocketAddr = "192.168.1.2:5000".parse().expect("addr");
+    let public_ip = "203.0.113.7".parse().expect("ip");
+    net.with(|n| n.set_nat(client_addr, Some(Nat::new(public_ip, NatKind::AddressDependent))));
+    let mut server = server_app(PorousServer::sim(&net, server_addr, HostConfig::default()).expect("server"), true);
+    let client = PorousClient::sim(&net, client_addr, server_addr, HostConfig::default()).expect("client");
+    let mut client = client_app(client, true);
+    let run = |server: &mut App, client: &mut App, frames| {
+        for _ in 0..frames {
+            net.advance(FRAME);
+            server.update();
+            client.update();
+        }
+    };
+    run(&mut server, &mut client, 60);
+    let before = echoed(&client).len();
+    assert!(before > 20, "{before} echoes before the rebinding");
+    // Mid-stream, the NAT forgets the mapping: the client's next datagram leaves from a new
+    // public port.
+    net.with(|n| n.rebind(client_addr));
+    run(&mut server, &mut client, 120);
+    let seen = server.world().resource::<Seen>();
+    let [connected] = &seen.connected[..] else { panic!("one connection: {:?}", seen.connected) };
+    let [moved] = &seen.moved[..] else { panic!("one address change: {:?}", seen.moved) };
+    assert_eq!((moved.side, moved.peer, moved.old), (Side::Server, connected.peer, connected.remote));
+    assert_eq!(moved.new.ip(), public_ip);
+    assert_ne!(moved.new, moved.old, "a new public port");
+    assert!(seen.disconnected.is_empty(), "{:?}", seen.disconnected);
+    // Delivery went on across the change, exactly once and in order.
+    let echoes = echoed(&client);
+    assert!(echoes.len() > before + 80, "{} echoes after {before}", echoes.len());
+    assert_eq!(echoes, (0..echoes.len() as u32).collect::<Vec<_>>());
 }
