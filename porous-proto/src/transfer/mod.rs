@@ -557,7 +557,7 @@ impl Transfer {
             if let Some(Outcome::Acked { size, sent_once, delivery, sent_at, was_lost, early }) = outcome {
                 self.cc.on_frame_acked(now, size, path);
                 if self.pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) {
-                    self.pmtu.on_large_acked();
+                    self.pmtu.on_large_acked(size, sent_once.map(|(_, at)| at));
                 }
                 self.delivery.on_acked(now, size, delivery, sent_at);
                 self.redundancy.on_delivered();
@@ -620,8 +620,8 @@ impl Transfer {
         let redundancy = &mut self.redundancy;
         let timed_out = self.inflight.detect_losses(now, rto, window, |q, id| {
             let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
-            let size = q.get(id).map_or(0, Frame::bytes);
-            if pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) && pmtu.on_large_lost() {
+            let (size, sent_at) = q.get(id).map_or((0, now), |f| (f.bytes(), f.sent_at));
+            if pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) && pmtu.on_large_lost(size, sent_at) {
                 stats.black_holes += 1;
             }
             let stripped = q.drop_frame(

@@ -12,7 +12,12 @@
 //!
 //! Black holes: a path that stops carrying the confirmed size shows as frames larger than
 //! the base lost while none of them is acknowledged. After [`BLACK_HOLE_LOSSES`] such
-//! losses in a row the size falls back to the base at once and a new search starts.
+//! losses in a row the size falls back to the base at once and a new search starts. A
+//! lost frame counts only if no frame at least as large, sent with it or after it, has
+//! been acknowledged: such a frame proves the path still carried the size when the lost
+//! one went, so the loss was the path's ordinary loss (losses are judged once per batch
+//! of acknowledgements, so "none acknowledged in between" alone would count a batch's
+//! random losses in a row).
 //!
 //! Invariants: `base <= current <= ceiling`; `low` is a confirmed size and `high` the
 //! largest not yet found too large, `low <= high`; one probe is outstanding at most.
@@ -66,6 +71,9 @@ pub(crate) struct Discovery {
     tries: u8,
     /// Frames larger than the base lost since one was last acknowledged.
     lost_large: u8,
+    /// The latest transmission larger than the base known to have arrived: when it went,
+    /// and its size.
+    passed: Option<(Time, usize)>,
     counts: Counts,
 }
 
@@ -85,6 +93,7 @@ impl Discovery {
             outstanding: None,
             tries: 0,
             lost_large: 0,
+            passed: None,
             counts: Counts::default(),
         };
         if ceiling > base {
@@ -185,16 +194,29 @@ impl Discovery {
         self.advance(now);
     }
 
-    /// A frame larger than the base was acknowledged: the confirmed size still passes.
-    pub(crate) fn on_large_acked(&mut self) {
+    /// A frame of `size`, larger than the base, was acknowledged: the confirmed size still
+    /// passes. `sent_at`: when the transmission that arrived went, if known (a frame sent
+    /// more than once does not say which of its transmissions arrived).
+    pub(crate) fn on_large_acked(&mut self, size: usize, sent_at: Option<Time>) {
         self.lost_large = 0;
+        if let Some(at) = sent_at
+            && self.passed.is_none_or(|(t, _)| at >= t)
+        {
+            self.passed = Some((at, size));
+        }
     }
 
-    /// A frame larger than the base was lost. Returns whether that revealed a black hole
-    /// (the size fell back to the base and a new search started).
-    pub(crate) fn on_large_lost(&mut self) -> bool {
+    /// A frame of `size`, larger than the base, sent at `sent_at`, was lost. Returns
+    /// whether that revealed a black hole (the size fell back to the base and a new search
+    /// started).
+    pub(crate) fn on_large_lost(&mut self, size: usize, sent_at: Time) -> bool {
         if self.current == self.base {
             // Sent before an earlier fall back: nothing more to learn from it.
+            self.lost_large = 0;
+            return false;
+        }
+        if self.passed.is_some_and(|(t, passed)| t >= sent_at && passed >= size) {
+            // A frame as large, sent with it or after it, arrived: an ordinary loss.
             self.lost_large = 0;
             return false;
         }
@@ -272,14 +294,42 @@ mod tests {
         let mut d = Discovery::new(1200, 1452);
         search(&mut d, 1500, t);
         assert_eq!(d.current(), 1452);
-        assert!(!d.on_large_lost() && !d.on_large_lost());
-        d.on_large_acked();
-        assert!(!d.on_large_lost() && !d.on_large_lost(), "an acknowledgement between resets the count");
-        assert!(d.on_large_lost());
+        let lost = |d: &mut Discovery| d.on_large_lost(1452, t);
+        assert!(!lost(&mut d) && !lost(&mut d));
+        d.on_large_acked(1452, None);
+        assert!(!lost(&mut d) && !lost(&mut d), "an acknowledgement between resets the count");
+        assert!(lost(&mut d));
         assert_eq!((d.current(), d.counts().black_holes, d.wanted()), (1200, 1, Some(1452)));
-        assert!(!d.on_large_lost(), "frames of before the fall back teach nothing more");
+        assert!(!lost(&mut d), "frames of before the fall back teach nothing more");
         let (found, _) = search(&mut d, 1300, t);
         assert!((1285..=1300).contains(&found), "{found}");
         assert!(d.is_large(1250, 0) && !d.is_large(1199, 0));
+    }
+
+    #[test]
+    fn losses_of_frames_sent_before_one_as_large_that_arrived_are_no_black_hole() {
+        let t = Time::ZERO;
+        let mut d = Discovery::new(1200, 1452);
+        search(&mut d, 1500, t);
+        let ms = |n| t + Duration::from_millis(n);
+        // A batch of acknowledgements shows a frame of 1,452 sent at 10 ms arrived; the
+        // losses the same batch reveals, of frames sent up to then, are the path's own.
+        d.on_large_acked(1452, Some(ms(10)));
+        for sent in [7, 8, 9, 10] {
+            assert!(!d.on_large_lost(1452, ms(sent)), "sent at {sent} ms");
+        }
+        // A smaller frame that arrived proves nothing of a larger one's size.
+        d.on_large_acked(1300, Some(ms(20)));
+        assert!(!d.on_large_lost(1452, ms(15)) && !d.on_large_lost(1452, ms(16)));
+        assert!(d.on_large_lost(1452, ms(17)), "three lost, none as large arrived after them");
+        // Once the path stops carrying the size, every frame sent after the last one that
+        // arrived is lost: a black hole, found as before.
+        let (found, end) = search(&mut d, 1500, ms(30));
+        assert_eq!(found, 1452);
+        d.on_large_acked(1452, Some(end));
+        let after = end + Duration::from_millis(1);
+        assert!(!d.on_large_lost(1452, after) && !d.on_large_lost(1452, after));
+        assert!(d.on_large_lost(1452, after));
+        assert_eq!(d.counts().black_holes, 2);
     }
 }
