@@ -55,7 +55,10 @@ pub struct ClientOptions {
     /// A connect token from the game's backend, for a server in secure mode
     /// (`porous_proto::token`): it authenticates the client, which QUIC does not. A token
     /// that names the server's UDP address serves: the session is the only path. Secure
-    /// mode is switched on in `config` if it is not.
+    /// mode is switched on in `config` if it is not. A token the server refuses (expired,
+    /// sealed with another key, naming another server) gets no answer, as nothing the
+    /// server could say would be authenticated: [`Client::connect`] fails with
+    /// [`Error::Connect`]`(DisconnectReason::Timeout)` after `config.peer.connect_timeout`.
     pub token: Option<Vec<u8>>,
 }
 

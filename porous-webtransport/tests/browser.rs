@@ -1,10 +1,12 @@
 //! A real browser: headless Chromium runs porous-web's example page against a server of
-//! this crate, while a native UDP client talks to the same host.
+//! this crate, while a native UDP client talks to the same host; and again against a
+//! server in secure mode, with connect tokens.
 //!
-//! The test builds the page (`cargo build -p porous-web --example page --target
-//! wasm32-unknown-unknown` into a target directory of its own, then `wasm-bindgen --target
-//! web`), serves it over HTTP on 127.0.0.1, and opens it in `chromium --headless=new`. The
-//! page (`porous-web/examples/page.rs`) makes three connections; the server plays the
+//! The page is built once for both tests (`cargo build -p porous-web --example page
+//! --target wasm32-unknown-unknown` into a target directory of its own, then `wasm-bindgen
+//! --target web`); each test serves it over HTTP on 127.0.0.1 and opens it in
+//! `chromium --headless=new`, the two side by side. In the first, the page
+//! (`porous-web/examples/page.rs`, `run`) makes three connections; the server plays the
 //! other side of each and checks what it got, and the page's findings come back on the
 //! third connection:
 //!
@@ -15,6 +17,14 @@
 //!   (code 9) by the browser;
 //! - a UDP client of the same host delivers both ways meanwhile.
 //!
+//! In the second (`run_token`), the server is in secure mode and makes three tokens, which
+//! reach the page in its URL: with a good one the page connects, the server's connection
+//! carries the token's client id and user data (in `accept()`'s peer and in the host's
+//! `Connected` event), and reliable messages on channels 0 and 1 arrive exactly once and in
+//! order both ways; an expired token and one sealed with another key are refused (the host
+//! counts each, no connection is made), and the page reports both attempts as timed out,
+//! after its 2 s connect timeout, over the good connection.
+//!
 //! Needs Chromium (`chromium`, or the path in `CHROMIUM`), `wasm-bindgen` (wasm-bindgen-cli
 //! at the version of the `wasm-bindgen` crate in Cargo.lock) and the
 //! `wasm32-unknown-unknown` target; without them it fails. Behind this crate's `browser`
@@ -22,10 +32,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use porous_tokio::proto::DisconnectReason;
-use porous_tokio::{Host, HostConfig, Peer, SendMode};
+use porous_tokio::proto::token::{self, PrivateKey, TokenParams};
+use porous_tokio::proto::{DisconnectReason, SecureConfig};
+use porous_tokio::{Host, HostConfig, HostEvent, Peer, SendMode};
 use porous_webtransport::{Certificate, WebTransport, WebTransportConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -44,6 +56,19 @@ fn workspace() -> PathBuf {
 fn run(command: &mut Command, what: &str) {
     let status = command.status().unwrap_or_else(|e| panic!("{what}: cannot run {command:?}: {e}"));
     assert!(status.success(), "{what}: {command:?} failed ({status})");
+}
+
+/// The example page, built on first use by whichever test comes first (the other waits):
+/// the directory with `index.html` and `pkg/`.
+fn site() -> &'static Path {
+    static SITE: OnceLock<PathBuf> = OnceLock::new();
+    SITE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser-site");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("site directory");
+        build_page(&dir);
+        dir
+    })
 }
 
 /// Builds the example page into `dir`: `index.html` and `pkg/`.
@@ -177,23 +202,73 @@ async fn play(peer: Peer) -> Seen {
     seen
 }
 
-/// Kills the browser when the test ends, however it ends.
-struct Browser(std::process::Child);
+/// Headless Chromium on the page, killed when the test ends, however it ends.
+struct Browser {
+    child: std::process::Child,
+    /// Its profile and its log (`chromium.log`, with the page's console).
+    dir: PathBuf,
+}
+
+impl Browser {
+    /// Serves the page on 127.0.0.1 and opens it with `query` in a browser of its own,
+    /// whose files go to a directory named `name`.
+    async fn open(name: &str, query: &str) -> Self {
+        let site = tokio::task::block_in_place(site);
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("browser directory");
+        let http = TcpListener::bind("127.0.0.1:0").await.expect("http");
+        let page = format!("http://127.0.0.1:{}/?{query}", http.local_addr().expect("address").port());
+        tokio::spawn(serve_files(http, site.to_path_buf()));
+        let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+        let child = Command::new(&chromium)
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--enable-logging=stderr",
+                "--v=0",
+            ])
+            .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            .arg(&page)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(dir.join("chromium.log")).expect("log file")))
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start the browser `{chromium}` (Debian's chromium package; or set CHROMIUM): {e}")
+            });
+        Self { child, dir }
+    }
+
+    /// Where its log is, and what it says: for a failure's message.
+    fn log(&self) -> String {
+        let path = self.dir.join("chromium.log");
+        format!("browser log in {}:\n{}", path.display(), std::fs::read_to_string(&path).unwrap_or_default())
+    }
+}
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
+}
+
+/// The field `key` (`key=value`) of the page's report.
+fn field<'r>(report: &'r str, key: &str) -> &'r str {
+    report
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("{key} in {report}"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_and_a_udp_client_on_one_server() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser-site");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("site directory");
-    tokio::task::block_in_place(|| build_page(&dir));
-
     let host = Host::bind("127.0.0.1:0", HostConfig::default()).await.expect("bind");
     let certificate = Certificate::self_signed(["localhost", "127.0.0.1"]).expect("certificate");
     let hash = certificate.hashes_hex().remove(0);
@@ -228,25 +303,8 @@ async fn a_browser_and_a_udp_client_on_one_server() {
         });
     }
 
-    let http = TcpListener::bind("127.0.0.1:0").await.expect("http");
-    let page = format!(
-        "http://127.0.0.1:{}/?url=https://127.0.0.1:{}/&hash={hash}&n={N}",
-        http.local_addr().expect("address").port(),
-        web.local_addr().port()
-    );
-    tokio::spawn(serve_files(http, dir.clone()));
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
-    let browser = Command::new(&chromium)
-        .args(["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--enable-logging=stderr", "--v=0"])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .arg(&page)
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(dir.join("chromium.log")).expect("log file")))
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("cannot start the browser `{chromium}` (Debian's chromium package; or set CHROMIUM): {e}")
-        });
-    let _browser = Browser(browser);
+    let query = format!("url=https://127.0.0.1:{}/&hash={hash}&n={N}", web.local_addr().port());
+    let browser = Browser::open("browser-plain", &query).await;
 
     // Meanwhile, a native UDP client on the same host.
     let udp = Host::bind("127.0.0.1:0", HostConfig::default()).await.expect("bind");
@@ -261,12 +319,7 @@ async fn a_browser_and_a_udp_client_on_one_server() {
     while seen.len() < 3 {
         match tokio::time::timeout_at(deadline, seen_rx.recv()).await {
             Ok(Some(s)) => seen.push(s),
-            _ => panic!(
-                "the page did not finish in time; seen {seen:?}; server {:?}; browser log in {}:\n{}",
-                web.stats(),
-                dir.join("chromium.log").display(),
-                std::fs::read_to_string(dir.join("chromium.log")).unwrap_or_default()
-            ),
+            _ => panic!("the page did not finish in time; seen {seen:?}; server {:?}; {}", web.stats(), browser.log()),
         }
     }
     let mut udp_got = Vec::new();
@@ -288,15 +341,102 @@ async fn a_browser_and_a_udp_client_on_one_server() {
     assert_eq!(b.end, Some(DisconnectReason::Local));
     // Server to browser, as the page saw it.
     let report = c.notes.iter().find(|n| n.starts_with("report ")).unwrap_or_else(|| panic!("no report: {c:?}"));
-    let field = |k: &str| {
-        report.split_whitespace().find_map(|f| f.strip_prefix(k)).unwrap_or_else(|| panic!("{k} in {report}"))
-    };
-    assert_eq!(field("ch0="), "ok", "{report}");
-    assert_eq!(field("ch1="), "ok", "{report}");
-    assert_eq!(field("ch2order="), "ok", "{report}");
-    assert!(field("ch2=").parse::<u32>().is_ok_and(|n| n > 0), "{report}");
-    assert_eq!(field("end_a="), "local", "{report}");
-    assert_eq!(field("end_b="), "remote:9", "{report}");
+    assert_eq!(field(report, "ch0"), "ok", "{report}");
+    assert_eq!(field(report, "ch1"), "ok", "{report}");
+    assert_eq!(field(report, "ch2order"), "ok", "{report}");
+    assert!(field(report, "ch2").parse::<u32>().is_ok_and(|n| n > 0), "{report}");
+    assert_eq!(field(report, "end_a"), "local", "{report}");
+    assert_eq!(field(report, "end_b"), "remote:9", "{report}");
     assert_eq!(c.end, Some(DisconnectReason::remote(0)));
     eprintln!("browser: {report}; server {:?}", web.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_with_a_connect_token_on_a_secure_server() {
+    // The page first: its tokens' lifetimes start after a cold build of it.
+    tokio::task::block_in_place(site);
+
+    // The backend's side: a private key shared with the server, and the server's clock.
+    let key = PrivateKey::from_entropy();
+    let unix = SystemTime::now().duration_since(UNIX_EPOCH).expect("a clock after 1970").as_secs();
+    let mut config = HostConfig::default();
+    config.secure = Some(SecureConfig::server(key.clone(), Vec::new(), std::time::Instant::now(), unix));
+    // Bound to a specific address, the host is known by it: the address tokens name.
+    let host = Host::bind("127.0.0.1:0", config).await.expect("bind");
+    let mut events = host.events();
+    let certificate = Certificate::self_signed(["localhost", "127.0.0.1"]).expect("certificate");
+    let hash = certificate.hashes_hex().remove(0);
+    let web = WebTransport::serve(
+        host.as_async(),
+        "127.0.0.1:0".parse().expect("address"),
+        certificate,
+        WebTransportConfig::default(),
+    )
+    .await
+    .expect("serve WebTransport");
+
+    // Valid for a minute (a browser on a loaded machine starts in seconds); the expired
+    // one is sealed with the right key, the other is valid but sealed with another key.
+    let mut good = TokenParams::new(42, vec![host.local_addr()], unix, Duration::from_secs(60));
+    good.user_data = b"player 42".to_vec();
+    let mut expired = TokenParams::new(43, vec![host.local_addr()], unix - 120, Duration::from_secs(60));
+    expired.user_data = b"player 43".to_vec();
+    let mut other_key = TokenParams::new(44, vec![host.local_addr()], unix, Duration::from_secs(60));
+    other_key.user_data = b"player 44".to_vec();
+    let query = format!(
+        "url=https://127.0.0.1:{}/&hash={hash}&n={N}&token={}&expired={}&wrong_key={}",
+        web.local_addr().port(),
+        hex(&token::generate_from_entropy(&key, &good).expect("token")),
+        hex(&token::generate_from_entropy(&key, &expired).expect("token")),
+        hex(&token::generate_from_entropy(&PrivateKey::from_entropy(), &other_key).expect("token")),
+    );
+    let browser = Browser::open("browser-token", &query).await;
+
+    // The one connection: the token's, played out as the first test's connection `a`.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let context = || format!("host {:?}; server {:?}; {}", host.stats(), web.stats(), browser.log());
+    let Ok(Ok(peer)) = tokio::time::timeout_at(deadline, host.accept()).await else {
+        panic!("the page did not connect in time; {}", context())
+    };
+    assert!(web.owns(peer.remote()), "a browser's connection");
+    assert_eq!(peer.client_id(), Some(42), "the token's client id");
+    assert_eq!(&peer.connect_data()[..], b"player 42", "the token's user data");
+    let mut seen = Seen::default();
+    if tokio::time::timeout_at(deadline, play_a(&peer, &mut seen)).await.is_err() {
+        panic!("the page did not finish in time; seen {seen:?}; {}", context());
+    }
+
+    // The host's events: that connection alone, with the token's identity; the bad tokens
+    // made none.
+    let mut connected = Vec::new();
+    let end = loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.next()).await {
+            Ok(Some(HostEvent::Connected { peer, .. })) => connected.push(peer),
+            Ok(Some(HostEvent::Disconnected { peer: p, reason, .. })) if p.id == peer.id() => break reason,
+            Ok(Some(e)) => panic!("an unexpected event: {e:?}"),
+            Ok(None) | Err(_) => panic!("no Disconnected event; connected {connected:?}"),
+        }
+    };
+    let [info] = &connected[..] else { panic!("one Connected event, not {connected:?}") };
+    assert_eq!((info.id, info.client_id, &info.data[..]), (peer.id(), Some(42), &b"player 42"[..]));
+    assert_eq!(end, DisconnectReason::remote(7));
+
+    // Browser to server, then server to browser as the page saw it.
+    let want: Vec<u32> = (0..N).collect();
+    assert_eq!(seen.reliable, [want.clone(), want], "reliable, browser to server");
+    assert!(seen.unreliable.windows(2).all(|w| w[0] < w[1]), "unreliable, browser to server: {:?}", seen.unreliable);
+    assert_eq!(seen.end, Some(DisconnectReason::remote(7)), "the browser's disconnect");
+    let report = seen.notes.iter().find(|n| n.starts_with("report ")).unwrap_or_else(|| panic!("no report: {seen:?}"));
+    assert_eq!(field(report, "ch0"), "ok", "{report}");
+    assert_eq!(field(report, "ch1"), "ok", "{report}");
+    assert_eq!(field(report, "ch2order"), "ok", "{report}");
+    // Bad tokens are dropped unanswered (an answer could not be authenticated): the page
+    // learns of the refusal from its connect timeout, and says so.
+    assert_eq!(field(report, "expired"), "refused:timeout", "{report}");
+    assert_eq!(field(report, "wrong_key"), "refused:timeout", "{report}");
+    let stats = host.stats();
+    assert!(stats.expired_tokens > 0, "the expired token reached the host: {stats:?}");
+    assert!(stats.bad_tokens > 0, "the token of another key reached the host: {stats:?}");
+    assert_eq!(web.stats().sessions_accepted, 3, "{:?}", web.stats());
+    eprintln!("browser: {report}; host {stats:?}; server {:?}", web.stats());
 }
