@@ -182,8 +182,8 @@ async fn main() -> Result<ExitCode, Box<dyn Error>> {
     }
     println!();
     println!(
-        "Loopback loses nothing: every frame declared lost was spurious (its acknowledgement came late),\n\
-         and a loss not found spurious was resent for nothing without being recognised as such."
+        "Loopback loses nothing: every frame declared lost here was spurious (its acknowledgement\n\
+         came late) and resent for nothing, whether or not the sender found it spurious."
     );
     if held {
         println!("Every message arrived exactly once and in order.");

@@ -43,7 +43,8 @@
 //! own sender, and the driver stops once the last handle is dropped: see
 //! [`porous_async`'s documentation](porous_async#queues-and-backpressure).
 //! `cargo run -p porous-tokio --example tokio_echo` runs an echo server and a client in one
-//! program.
+//! program; `--example two_clients` a server and two clients that stream reliable messages
+//! at 60 Hz both ways, then print what each side counted lost and resent.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
