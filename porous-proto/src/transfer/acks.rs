@@ -41,6 +41,11 @@ pub(crate) const MAX_ACK_DELAY: Duration = Duration::from_millis(25);
 /// served by acknowledgements at once.
 pub(crate) const MIN_RHYTHM_GAP: Duration = Duration::from_millis(4);
 
+/// [`MAX_ACK_DELAY`] and [`MIN_RHYTHM_GAP`] in microseconds, as the peer's rhythm is kept
+/// (both far below `u32::MAX` microseconds).
+const MAX_ACK_DELAY_US: u32 = MAX_ACK_DELAY.as_micros() as u32;
+const MIN_RHYTHM_GAP_US: u32 = MIN_RHYTHM_GAP.as_micros() as u32;
+
 /// This side's rhythm of sending frames, which tells how long an acknowledgement owed can
 /// wait for the next one: only while a frame is expected soon. Waiting on a side that
 /// sends nothing would only slow the sender's loss detection.
@@ -227,6 +232,21 @@ impl Receiver {
         let gap = Duration::from_micros(u64::from(self.arrival_gap_us));
         let last = self.newest_at?;
         (MIN_RHYTHM_GAP..=MAX_ACK_DELAY).contains(&gap).then(|| last + gap + gap / 4)
+    }
+
+    /// How long after `at` the first of the peer's frames arrives, at its rhythm (0 when it
+    /// keeps none): the frames it sends arrive a gap apart from the newest one's arrival,
+    /// so an acknowledgement that reaches it to ride its next frame comes back on the first
+    /// of them at or after `at`.
+    pub(crate) fn wait_for_arrival(&self, at: Time) -> Nanos {
+        let gap_us = self.arrival_gap_us;
+        let Some(last) = self.newest_at.filter(|_| (MIN_RHYTHM_GAP_US..=MAX_ACK_DELAY_US).contains(&gap_us)) else {
+            return Nanos::default();
+        };
+        // The arrivals are `last + k gap` for every whole k: the first at or after `at` is
+        // `(last - at) mod gap` after it, on either side of `last`.
+        let wait = last.nanos().saturating_sub(at.nanos()).rem_euclid(i64::from(gap_us) * 1_000);
+        Nanos(wait.unsigned_abs())
     }
 
     /// Age of `id` relative to the newest id received: 0 for the newest.
@@ -563,5 +583,27 @@ mod tests {
             slow.on_frame_sent(t + 40 * i * ms);
         }
         assert_eq!(slow.peer_wait(), Duration::ZERO, "a rhythm slower than MAX_ACK_DELAY is not waited for");
+    }
+
+    #[test]
+    fn the_wait_for_the_peers_next_frame_follows_its_rhythm_from_any_instant() {
+        let (t, ms) = (Time::ZERO, Duration::from_millis(1));
+        let mut r = Receiver::new(0, 1024);
+        let wait = |r: &Receiver, at| r.wait_for_arrival(at).get();
+        assert_eq!(wait(&r, t), Duration::ZERO, "no rhythm yet");
+        // Frames every 16 ms, the newest at 160 ms.
+        for k in 0..=10u32 {
+            r.record(k, t + 16 * k * ms);
+        }
+        assert_eq!(wait(&r, t + 160 * ms), Duration::ZERO, "one arrives then");
+        assert_eq!(wait(&r, t + 163 * ms), 13 * ms, "the next at 176 ms");
+        assert_eq!(wait(&r, t + 200 * ms), 8 * ms, "two gaps on, at 208 ms");
+        assert_eq!(wait(&r, t + 150 * ms), 10 * ms, "before the newest: the newest");
+        assert_eq!(wait(&r, t + 140 * ms), 4 * ms, "earlier still: the one before");
+        let mut bulk = Receiver::new(0, 1024);
+        for k in 0..=10u32 {
+            bulk.record(k, t + k * ms);
+        }
+        assert_eq!(wait(&bulk, t + 20 * ms), Duration::ZERO, "a bulk flow keeps no rhythm to wait for");
     }
 }

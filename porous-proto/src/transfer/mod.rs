@@ -472,6 +472,7 @@ impl Transfer {
             // An echo that waited, waited with the acknowledgement of the frame its ping
             // came with: the reported delay is its wait as well.
             self.rtt.on_delayed_sample(now, sample, held);
+            self.rto_hold = self.current_rto_hold();
             // The path carries both ways again (a keepalive went through): the next
             // resend need not wait out a backed-off timeout.
             self.backoff = 0;
@@ -497,6 +498,8 @@ impl Transfer {
             } else {
                 self.rtt.on_sample(sample);
             }
+            // The hold allowed for a peer that rides its own frames follows the round trip.
+            self.rto_hold = self.current_rto_hold();
             self.rtt.latest()
         });
         if acked > 0 {
@@ -743,6 +746,7 @@ impl Transfer {
     /// A round-trip sample taken outside pings (the handshake's request and reply).
     pub(crate) fn rtt_sample(&mut self, sample: Duration) {
         self.rtt.on_sample(sample);
+        self.rto_hold = self.current_rto_hold();
     }
 
     /// Tells the layer the host's smoothed step interval (the RTO's floor).
@@ -765,12 +769,13 @@ impl Transfer {
         self.rtt.rttvar()
     }
 
-    /// The resend timeout: the estimator's, allowing for a peer that sends no frames of
-    /// its own holding an acknowledgement for this side's next frame (the second of two
-    /// frames is acknowledged at once, so the hold it reports is not the first one's). A
-    /// peer that keeps a rhythm of its own holds for its own frames and reports those
-    /// holds, which the estimator already allows for: adding ours to its would only
-    /// slow its loss recovery.
+    /// The resend timeout: the estimator's, allowing for the peer's hold of the
+    /// acknowledgement where it is longer than the holds the peer reported lately. A peer
+    /// that sends no frames of its own holds it for this side's next frame (the second of
+    /// two frames is acknowledged at once, so the hold it reports is not the first
+    /// one's); one that keeps a rhythm of its own holds it for its next frame, which
+    /// arrives here in that rhythm's phase, known from its frames' arrivals sooner than
+    /// from its reports.
     pub(crate) fn rto(&self) -> Duration {
         debug_assert_eq!(self.rto_hold, self.current_rto_hold(), "the kept hold is current");
         self.rtt.rto_with_hold(self.rto_hold)
@@ -784,7 +789,13 @@ impl Transfer {
             .receiver
             .next_arrival()
             .is_some_and(|t| self.cadence.last().is_none_or(|l| t + acks::MAX_ACK_DELAY >= l));
-        if peer_rides_own { Nanos::default() } else { Nanos::of(self.cadence.peer_wait()) }
+        if peer_rides_own {
+            // It holds an acknowledgement for its next frame: this side's latest frame,
+            // back a round trip later, rides the first of its frames to arrive then.
+            self.cadence.last().map_or(Nanos::default(), |l| self.receiver.wait_for_arrival(l + self.rtt.srtt()))
+        } else {
+            Nanos::of(self.cadence.peer_wait())
+        }
     }
 
     pub(crate) fn latest_rtt(&self) -> Duration {

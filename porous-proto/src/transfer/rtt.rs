@@ -15,7 +15,8 @@
 //! held (unless what is left would be shorter than any round trip seen: a peer claiming
 //! too long a hold cannot shrink the estimate), and the RTO allows for the longest hold
 //! the peer reported lately, since the last frame of a flight is acknowledged only when
-//! its hold ends.
+//! its hold ends (and for a longer one the transfer layer expects from the peer's rhythm:
+//! [`super::Transfer::rto`]).
 //!
 //! The RTO is never shorter than the longest sample of the last [`PEAK_WINDOW`] or two
 //! (of those whose hold the peer reported), plus the granularity, up to [`MAX_ACK_DELAY`]

@@ -597,3 +597,65 @@ fn the_skipped_id_check_stopping_at_the_first_older_one_agrees_with_reading_them
     assert!(!names_a_skipped_id(&skipped, 6, 294), "between skips");
     assert!(!names_a_skipped_id(&skipped, 701, 50), "past the newest");
 }
+
+/// Two sides each sending one reliable message per 60 Hz tick over a 50 us path (two
+/// games on one machine), each holding its acknowledgements for its own next tick. The
+/// second side's ticks come first 1 ms after the first side's (short holds), then 12 ms
+/// after, then they drift by 0.5 ms a tick. The first side's resend timeout must follow
+/// the phase: with a timeout that allowed only for the holds reported lately, the short
+/// phase shrank it to 2 ms and, once the phase moved, most frames timed out before their
+/// acknowledgement rode the peer's next tick (issue 32, the two_clients example).
+#[test]
+fn a_peer_that_holds_acknowledgements_for_its_own_tick_is_waited_for_whatever_the_phase() {
+    let t0 = Time::ZERO;
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut a = Transfer::new(cfg(1200), 10, 20);
+    let mut b = Transfer::new(cfg(1200), 20, 10);
+    let (mut ab, mut ba) = (Link::new(Duration::from_micros(50), 0.0, 1), Link::new(Duration::from_micros(50), 0.0, 2));
+    let tick = Duration::from_micros(16_667);
+    let phase = |k: u32| match k {
+        0..120 => MS,
+        120..240 => 12 * MS,
+        _ => (12 * MS + (k - 240) * MS / 2).min(tick - MS),
+    };
+    let (mut next_a, mut next_b, mut ka, mut kb) = (t0, t0 + phase(0), 0u32, 0u32);
+    let step = Duration::from_micros(250);
+    let mut delivered = (0usize, 0usize);
+    for i in 0..(8 * 4_000u32) {
+        let now = t0 + step * i;
+        if now >= next_a && ka < 400 {
+            a.enqueue(Priority::High, message(0, ka, SendMode::Reliable, 40));
+            ka += 1;
+            next_a = t0 + tick * ka;
+        }
+        if now >= next_b && kb < 400 {
+            b.enqueue(Priority::High, message(0, kb, SendMode::Reliable, 40));
+            kb += 1;
+            next_b = t0 + tick * kb + phase(kb);
+        }
+        for d in ab.due(now) {
+            delivered.0 += deliver(&mut b, now, kab, &d).map_or(0, |(_, ids)| ids.len());
+        }
+        for d in ba.due(now) {
+            delivered.1 += deliver(&mut a, now, kba, &d).map_or(0, |(_, ids)| ids.len());
+        }
+        for (t, link, key) in [(&mut a, &mut ab, kab), (&mut b, &mut ba, kba)] {
+            t.set_step_interval(step);
+            t.on_timeout(now);
+            let mut buf = BytesMut::new();
+            while let Some(n) = t.poll_datagram(now, key, &Wide, &mut buf) {
+                link.send(now, buf.split_to(n).freeze());
+            }
+        }
+    }
+    assert!(delivered.0 >= 400 && delivered.1 >= 400, "{delivered:?}");
+    for (side, t) in [("a", &a), ("b", &b)] {
+        let s = t.stats();
+        assert!(
+            s.frames_lost * 100 <= s.frames_sent,
+            "{side} declared {} of {} frames lost",
+            s.frames_lost,
+            s.frames_sent
+        );
+    }
+}
