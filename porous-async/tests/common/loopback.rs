@@ -7,8 +7,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use porous_loopback::rebind::Rebinder;
 
 use crate::rt::{
     ConnectError, DELIVERY_QUEUE, DisconnectReason, Disconnected, Error, Events, Host, HostConfig, HostEvent, Packet,
@@ -657,93 +659,6 @@ pub(crate) async fn hosts_run_on_sockets_the_application_bound() {
     assert_eq!(to_server.recv().await.unwrap().data.len(), 5000);
 }
 
-/// A NAT-like relay on 127.0.0.1 for the rebinding scenario (porous-mio/tests/rebinding.rs
-/// has its twin): the client sends to `inside`, the relay forwards from its outside socket
-/// to the server and back, dropping about one datagram in `loss` each way, and on
-/// [`Rebinder::rebind`] replaces its outside socket by one on a new port and closes the old
-/// one, as a NAT that forgot the mapping: what the server sends to the old port is lost.
-struct Rebinder {
-    inside: SocketAddr,
-    outside_port: Arc<AtomicU16>,
-    rebind: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Rebinder {
-    fn start(server: SocketAddr, loss: u64) -> Self {
-        let inside_socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        inside_socket.set_nonblocking(true).expect("non-blocking");
-        let inside = inside_socket.local_addr().expect("address");
-        let outside_port = Arc::new(AtomicU16::new(0));
-        let rebind = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (port, again, halt) = (Arc::clone(&outside_port), Arc::clone(&rebind), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || {
-            let bind = || {
-                let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-                s.set_nonblocking(true).expect("non-blocking");
-                port.store(s.local_addr().expect("address").port(), Ordering::SeqCst);
-                s
-            };
-            let mut outside = bind();
-            let mut client = None;
-            let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-            let mut keep = move || {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                !rng.is_multiple_of(loss)
-            };
-            let mut buf = vec![0u8; 65_536];
-            while !halt.load(Ordering::SeqCst) {
-                if again.swap(false, Ordering::SeqCst) {
-                    outside = bind();
-                }
-                let mut idle = true;
-                while let Ok((n, from)) = inside_socket.recv_from(&mut buf) {
-                    idle = false;
-                    client = Some(from);
-                    if keep() {
-                        let _ = outside.send_to(&buf[..n], server);
-                    }
-                }
-                while let Ok((n, from)) = outside.recv_from(&mut buf) {
-                    idle = false;
-                    if let (Some(c), true, true) = (client, from == server, keep()) {
-                        let _ = inside_socket.send_to(&buf[..n], c);
-                    }
-                }
-                if idle {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
-        });
-        Self { inside, outside_port, rebind, stop, thread: Some(thread) }
-    }
-
-    /// The relay's outside address: the client's address as the server sees it.
-    fn outside(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.outside_port.load(Ordering::SeqCst)))
-    }
-
-    /// Replaces the outside socket; returns once the new one is bound.
-    async fn rebind(&self) {
-        let old = self.outside_port.load(Ordering::SeqCst);
-        self.rebind.store(true, Ordering::SeqCst);
-        until(|| self.outside_port.load(Ordering::SeqCst) != old).await;
-    }
-}
-
-impl Drop for Rebinder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Address change through the async layer (issue 38): a client reaches the server through
 /// a lossy NAT-like relay that rebinds mid-stream. Reliable messages go on arriving
 /// exactly once and in order both ways, and the server's handle, its list of peers and
@@ -760,7 +675,7 @@ pub(crate) async fn a_client_whose_nat_rebinds_keeps_its_connection() {
         let server = server.clone();
         async move { server.accept().await.expect("accept") }
     });
-    let to_server = client.connect(relay.inside).await.expect("connect");
+    let to_server = client.connect(relay.inside()).await.expect("connect");
     let to_client = accepting.await;
     let first = relay.outside();
     assert_eq!(to_client.remote(), first);
@@ -783,7 +698,10 @@ pub(crate) async fn a_client_whose_nat_rebinds_keeps_its_connection() {
         to_server.send(0, packet(0, i, SendMode::Reliable, 8), SendMode::Reliable).unwrap();
         to_client.send(0, packet(0, i, SendMode::Reliable, 8), SendMode::Reliable).unwrap();
         if i == MESSAGES / 3 {
-            relay.rebind().await;
+            // Replaces the relay's outside socket, and waits until the new one is bound.
+            let old = relay.outside();
+            relay.rebind();
+            until(|| relay.outside() != old).await;
         }
         sleep(Duration::from_millis(5)).await;
     }
