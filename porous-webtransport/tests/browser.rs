@@ -263,13 +263,9 @@ fn field<'r>(report: &'r str, key: &str) -> &'r str {
         .unwrap_or_else(|| panic!("{key} in {report}"))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_browser_and_a_udp_client_on_one_server() {
-    let host = Host::bind("127.0.0.1:0", HostConfig::default()).await.expect("bind");
+/// WebTransport for `host` on 127.0.0.1 with a self-signed certificate, and the hash of
+/// the certificate that the page pins (`serverCertificateHashes`).
+async fn serve_web(host: &Host) -> (WebTransport, String) {
     let certificate = Certificate::self_signed(["localhost", "127.0.0.1"]).expect("certificate");
     let hash = certificate.hashes_hex().remove(0);
     let web = WebTransport::serve(
@@ -280,6 +276,17 @@ async fn a_browser_and_a_udp_client_on_one_server() {
     )
     .await
     .expect("serve WebTransport");
+    (web, hash)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_and_a_udp_client_on_one_server() {
+    let host = Host::bind("127.0.0.1:0", HostConfig::default()).await.expect("bind");
+    let (web, hash) = serve_web(&host).await;
 
     // The server: each browser connection played out and reported; the UDP client echoed.
     let (seen_tx, mut seen_rx) = mpsc::unbounded_channel();
@@ -364,16 +371,7 @@ async fn a_browser_with_a_connect_token_on_a_secure_server() {
     // Bound to a specific address, the host is known by it: the address tokens name.
     let host = Host::bind("127.0.0.1:0", config).await.expect("bind");
     let mut events = host.events();
-    let certificate = Certificate::self_signed(["localhost", "127.0.0.1"]).expect("certificate");
-    let hash = certificate.hashes_hex().remove(0);
-    let web = WebTransport::serve(
-        host.as_async(),
-        "127.0.0.1:0".parse().expect("address"),
-        certificate,
-        WebTransportConfig::default(),
-    )
-    .await
-    .expect("serve WebTransport");
+    let (web, hash) = serve_web(&host).await;
 
     // Valid for a minute (a browser on a loaded machine starts in seconds); the expired
     // one is sealed with the right key, the other is valid but sealed with another key.
