@@ -279,6 +279,15 @@ mod tests {
         dir.join(name)
     }
 
+    /// Removes a scratch file, and its directory once no other test's file is left in it
+    /// (removing a directory that is not empty fails, which is what keeps it for them).
+    fn remove_scratch(path: &Path) {
+        std::fs::remove_file(path).unwrap();
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
     #[test]
     fn records_reach_the_file_and_the_limit_holds() {
         let path = scratch("limit.pcapng");
@@ -300,7 +309,7 @@ mod tests {
         drop(r);
         let file = std::fs::read(&path).unwrap();
         assert_eq!(file.len() as u64, stats.bytes);
-        std::fs::remove_file(&path).unwrap();
+        remove_scratch(&path);
     }
 
     #[test]
@@ -316,6 +325,6 @@ mod tests {
         assert_eq!((stats.recorded, stats.dropped, stats.failed), (2, 0, false));
         drop(r2);
         assert_eq!(std::fs::read(&path).unwrap().len() as u64, stats.bytes);
-        std::fs::remove_file(&path).unwrap();
+        remove_scratch(&path);
     }
 }
