@@ -5,11 +5,13 @@
 //! the server and back, dropping about one datagram in `loss` each way, and on
 //! [`Rebinder::rebind`] replaces its outside socket by one on a new port and closes the
 //! old one, as a NAT that forgot the mapping: what the server sends to the old port is
-//! lost. Test code: a socket that cannot be bound on loopback panics.
+//! lost. [`Rebinder::move_to`] does the same on another loopback IP (Linux routes all of
+//! 127.0.0.0/8 to loopback): the client moved to another network. Test code: a socket
+//! that cannot be bound on loopback panics.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -18,14 +20,18 @@ use std::time::Duration;
 pub struct Rebinder {
     inside: SocketAddr,
     outside_port: Arc<AtomicU16>,
+    /// The outside socket's IP (an IPv4 address as a `u32`).
+    outside_ip: Arc<AtomicU32>,
     rebind: Arc<AtomicBool>,
+    /// The IP the next rebinding binds on.
+    next_ip: Arc<AtomicU32>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
-/// A non-blocking socket on 127.0.0.1 on a port of the system's choosing.
-fn loopback_socket() -> UdpSocket {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("a UDP socket on loopback");
+/// A non-blocking socket on `ip` (a loopback address) on a port of the system's choosing.
+fn loopback_socket(ip: Ipv4Addr) -> UdpSocket {
+    let s = UdpSocket::bind((ip, 0)).expect("a UDP socket on loopback");
     s.set_nonblocking(true).expect("non-blocking");
     s
 }
@@ -34,16 +40,23 @@ impl Rebinder {
     /// A relay to `server`, dropping about one datagram in `loss` each way (a seeded
     /// xorshift, the same in every run).
     pub fn start(server: SocketAddr, loss: u64) -> Self {
-        let inside_socket = loopback_socket();
+        let inside_socket = loopback_socket(Ipv4Addr::LOCALHOST);
         let inside = inside_socket.local_addr().expect("its address");
         let outside_port = Arc::new(AtomicU16::new(0));
+        let outside_ip = Arc::new(AtomicU32::new(Ipv4Addr::LOCALHOST.to_bits()));
+        let next_ip = Arc::new(AtomicU32::new(Ipv4Addr::LOCALHOST.to_bits()));
         let rebind = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (port, again, halt) = (Arc::clone(&outside_port), Arc::clone(&rebind), Arc::clone(&stop));
+        let (port, ip, next) = (Arc::clone(&outside_port), Arc::clone(&outside_ip), Arc::clone(&next_ip));
+        let (again, halt) = (Arc::clone(&rebind), Arc::clone(&stop));
         let thread = thread::spawn(move || {
             let bind = || {
-                let s = loopback_socket();
-                port.store(s.local_addr().expect("its address").port(), Ordering::SeqCst);
+                let s = loopback_socket(Ipv4Addr::from_bits(next.load(Ordering::SeqCst)));
+                let addr = s.local_addr().expect("its address");
+                if let SocketAddr::V4(a) = addr {
+                    ip.store(a.ip().to_bits(), Ordering::SeqCst);
+                }
+                port.store(addr.port(), Ordering::SeqCst);
                 s
             };
             let mut outside = bind();
@@ -80,7 +93,7 @@ impl Rebinder {
                 }
             }
         });
-        Self { inside, outside_port, rebind, stop, thread: Some(thread) }
+        Self { inside, outside_port, outside_ip, rebind, next_ip, stop, thread: Some(thread) }
     }
 
     /// Where the client sends.
@@ -91,12 +104,20 @@ impl Rebinder {
     /// The relay's outside address: the client's address as the server sees it (port 0
     /// until the relay's thread has bound it).
     pub fn outside(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.outside_port.load(Ordering::SeqCst)))
+        let ip = Ipv4Addr::from_bits(self.outside_ip.load(Ordering::SeqCst));
+        SocketAddr::from((ip, self.outside_port.load(Ordering::SeqCst)))
     }
 
     /// Asks the relay to replace its outside socket; [`Rebinder::outside`] changes once it
     /// has (within a fraction of a millisecond).
     pub fn rebind(&self) {
+        self.rebind.store(true, Ordering::SeqCst);
+    }
+
+    /// Asks the relay to replace its outside socket by one on `ip` (another loopback
+    /// address, such as 127.0.0.2: the client moved to another network).
+    pub fn move_to(&self, ip: Ipv4Addr) {
+        self.next_ip.store(ip.to_bits(), Ordering::SeqCst);
         self.rebind.store(true, Ordering::SeqCst);
     }
 }

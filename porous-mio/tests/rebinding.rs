@@ -2,7 +2,9 @@
 //! loopback, which drops a share of the datagrams each way and, mid-stream, rebinds (its
 //! outside socket is replaced by one on a new port, and the old one closed, as a NAT that
 //! forgot the mapping). The connection goes on from the new port, the server reports
-//! `AddressChanged`, and every message arrives exactly once and in order both ways.
+//! `AddressChanged`, and every message arrives exactly once and in order both ways. The
+//! same when the relay moves to another IP (127.0.0.2: the client moved to another
+//! network), which the server learns through an unknown path and the client's moved.
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,29 @@ fn number(data: &Bytes) -> u32 {
 
 #[test]
 fn a_client_whose_nat_rebinds_keeps_its_connection_over_real_udp() {
+    let (server, old, new) = stream_across(Rebinder::rebind);
+    assert_eq!(old.ip(), new.ip());
+    assert_ne!(old.port(), new.port());
+    assert_eq!(server.core().stats().unknown_paths, 0, "a candidate of the same IP verified");
+}
+
+/// Linux routes all of 127.0.0.0/8 to loopback; other systems need an alias for 127.0.0.2.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_client_that_moves_to_another_ip_keeps_its_connection_over_real_udp() {
+    let other = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let (server, old, new) = stream_across(|relay| relay.move_to(other));
+    assert_eq!(old.ip(), std::net::Ipv4Addr::LOCALHOST);
+    assert_eq!(new.ip(), other);
+    let stats = server.core().stats();
+    assert!(stats.unknown_paths >= 1, "{stats:?}");
+    println!("unknown paths sent by the server: {}", stats.unknown_paths);
+}
+
+/// Streams 300 messages each way through a relay that drops one in 20 each way, `change`
+/// applied to it a third of the way; returns the server and the (old, new) address of the
+/// client as the server saw them.
+fn stream_across(change: impl Fn(&Rebinder)) -> (Host, std::net::SocketAddr, std::net::SocketAddr) {
     let mut server = Host::bind("127.0.0.1:0", HostConfig::default()).unwrap();
     let mut client = Host::bind("127.0.0.1:0", HostConfig::default()).unwrap();
     let relay = Rebinder::start(server.local_addr(), 20);
@@ -67,8 +92,8 @@ fn a_client_whose_nat_rebinds_keeps_its_connection_over_real_udp() {
                 from_server += 1;
             }
             if from_client == MESSAGES / 3 && old_port.is_none() {
-                old_port = Some(relay.outside().port());
-                relay.rebind();
+                old_port = Some(relay.outside());
+                change(&relay);
             }
         }
     }
@@ -76,8 +101,9 @@ fn a_client_whose_nat_rebinds_keeps_its_connection_over_real_udp() {
     assert!(at_client.iter().copied().eq(0..MESSAGES), "the client got {at_client:?}");
     assert_eq!(changes.len(), 1, "{changes:?}");
     let (old, new) = changes[0];
-    assert_eq!(Some(old.port()), old_port);
+    assert_eq!(Some(old), old_port);
     assert_eq!(new, relay.outside());
     assert_eq!(server.core().remote_addr(to_client.unwrap()), Some(new));
     assert_eq!(server.core().stats().address_changes, 1);
+    (server, old, new)
 }

@@ -38,7 +38,7 @@ use crate::arena::Arena;
 use crate::config::{ConfigError, HostConfig, SequenceStart};
 use crate::event::{AdmissionError, ConnectError, Event, PeerId, SendError, SendMode, Transmit};
 use crate::listener::{Listener, Refused, ReplyKey, Request, Verdict};
-use crate::peer::{self, Input, Outputs, Peer, SecureState, Settings};
+use crate::peer::{self, Input, Outputs, PathCookies, Peer, SecureState, Settings};
 use crate::stats::{HostStats, MemoryUsage, PeerState, PeerStats};
 use crate::time::Time;
 use crate::token::ConnectToken;
@@ -383,6 +383,12 @@ pub struct Host {
     /// candidate for a datagram from there. An entry may outlive its probe; the peer's own
     /// probe is what counts.
     probes: HashMap<SocketAddr, u32, AddrHasher>,
+    /// Every connection's id on this side (its nonce), to the peer: where a moved from an
+    /// address of another IP finds its connection. Nonces are random, so an id may name
+    /// several peers.
+    by_nonce: BTreeMap<(u32, u32), ()>,
+    /// The cookies of unknown-path answers.
+    path_cookies: PathCookies,
 }
 
 /// Most peers a datagram from an unknown address is tried against (those of its IP), so
@@ -423,6 +429,8 @@ impl Host {
             path_mtu: HashMap::with_hasher(AddrHasher::derived_from(secret)),
             by_ip: BTreeMap::new(),
             probes: HashMap::with_hasher(AddrHasher::derived_from(secret)),
+            by_nonce: BTreeMap::new(),
+            path_cookies: PathCookies::new(secret),
             timers: Deadlines::default(),
             dirty: Vec::new(),
             out: Outputs::default(),
@@ -556,7 +564,7 @@ impl Host {
 
     /// Puts `peer` (made with [`Host::next_id`]) in its slot.
     fn insert(&mut self, peer: Peer) -> u32 {
-        let addr = peer.remote();
+        let (addr, nonce) = (peer.remote(), peer.local_nonce());
         let index = match self.free.pop() {
             Some(i) => i,
             None => self.slots.grow() as u32,
@@ -569,6 +577,7 @@ impl Host {
         }
         self.by_addr.insert(addr, index);
         self.by_ip.insert((addr.ip(), addr.port()), index);
+        self.by_nonce.insert((nonce, index), ());
         self.mark_dirty(index);
         index
     }
@@ -580,6 +589,7 @@ impl Host {
             self.census.changed(Some(peer.state()), None);
             self.by_addr.remove(&peer.remote());
             self.by_ip.remove(&(peer.remote().ip(), peer.remote().port()));
+            self.by_nonce.remove(&(peer.local_nonce(), index));
             // Its probe may have ended with the connection: every entry naming the slot goes.
             self.probes.retain(|_, i| *i != index);
             slot.generation = slot.generation.wrapping_add(1);
@@ -787,6 +797,9 @@ impl Host {
             Ok(ty) => ty,
             Err(e) => return self.malformed(e),
         };
+        if ty == wire::T_UNKNOWN_PATH {
+            return self.handle_unknown_path(t, from, datagram);
+        }
         if wire::key_class(ty) == KeyClass::Version {
             // A request passes the listener's gate (secure mode: token, seal, record of
             // use) before anything else.
@@ -821,18 +834,35 @@ impl Host {
     }
 
     /// A datagram from an address with no peer that is not a request: a connected peer's
-    /// from a new address, if it verifies with the keys of one of the peers of its IP (the
-    /// one validating that address first, then at most [`MAX_CANDIDATES`]); otherwise
-    /// counted as from an unknown source. The peer acts on it and validates the address
-    /// (`peer/path.rs`); when the address proves it receives, the tables follow the peer.
+    /// from a new address, if it verifies with the keys of one of the candidates (a moved:
+    /// the peers its id names, once its cookie proved the address receives; anything else:
+    /// the peers of the same IP, the one validating that address first, at most
+    /// [`MAX_CANDIDATES`] either way). Otherwise counted as from an unknown source, and a
+    /// connection datagram is answered with an unknown path, no larger than it, so that a
+    /// remote that moved to another IP can say so. The peer acts on it and validates the
+    /// address (`peer/path.rs`); when the address proves it receives, the tables follow
+    /// the peer.
     fn handle_elsewhere(&mut self, t: Time, from: SocketAddr, ty: u8, datagram: &[u8]) {
         if !self.config.address_change {
             self.stats.unknown_source += 1;
             return;
         }
+        // A moved carries the id and the cookie in the clear, at the same place in both
+        // modes: a stranger's costs a MAC, not a verification per peer.
+        let moved = (ty == wire::T_MOVED)
+            .then(|| wire::peek_moved(datagram))
+            .map(|m| m.and_then(|(id, cookie)| Some((id, self.path_cookies.verify(t, from, &cookie)?))));
         let probing = self.probes.get(&from).copied();
-        let same_ip = self.by_ip.range((from.ip(), 0)..=(from.ip(), u16::MAX)).map(|(_, &i)| i);
-        let candidates = probing.into_iter().chain(same_ip.filter(|&i| Some(i) != probing)).take(MAX_CANDIDATES);
+        let candidates: smallvec::SmallVec<[u32; MAX_CANDIDATES]> = match moved {
+            Some(None) => smallvec::SmallVec::new(),
+            Some(Some((id, _))) => {
+                self.by_nonce.range((id, 0)..=(id, u32::MAX)).map(|(&(_, i), _)| i).take(MAX_CANDIDATES).collect()
+            }
+            None => {
+                let same_ip = self.by_ip.range((from.ip(), 0)..=(from.ip(), u16::MAX)).map(|(_, &i)| i);
+                probing.into_iter().chain(same_ip.filter(|&i| Some(i) != probing)).take(MAX_CANDIDATES).collect()
+            }
+        };
         let Self { slots, out, recv_arena, listener, census, rng, .. } = self;
         let mut found = None;
         let mut replayed = false;
@@ -843,8 +873,12 @@ impl Host {
                     let (old, old_probe) = (peer.remote(), peer.probe_addr());
                     let fresh = || rng.next_u64();
                     let len = datagram.len();
-                    let result = drive_peer(peer, out, (listener, census), |peer, out| {
-                        peer.handle_from(t, from, len, input, fresh, out)
+                    let result = drive_peer(peer, out, (listener, census), |peer, out| match (input, moved) {
+                        (Input::Control(Control::Moved { .. }), Some(Some((_, issued)))) => {
+                            peer.moved(t, from, issued, out);
+                            Ok(())
+                        }
+                        (input, _) => peer.handle_from(t, from, len, input, fresh, out),
                     });
                     found = Some((index, old, old_probe, peer.remote(), peer.probe_addr(), result));
                     break;
@@ -859,6 +893,7 @@ impl Host {
                 self.stats.replayed += 1;
             } else {
                 self.stats.unknown_source += 1;
+                self.answer_unknown_path(t, from, ty, datagram.len());
             }
             return;
         };
@@ -881,6 +916,43 @@ impl Host {
             Err(DecodeError::Replayed) => self.stats.replayed += 1,
             Err(e) => self.malformed(e),
             Ok(()) => {}
+        }
+        self.mark_dirty(index);
+    }
+
+    /// Answers a connection datagram of `len` bytes from `from`, an address with no
+    /// connection, with an unknown path: only a datagram of the connection's kinds (data,
+    /// and its control datagrams but a moved, which would answer back), only one at least
+    /// as large as the answer, so `from` never gets more bytes than it sent, and only while
+    /// the host has a connection that could have moved (a host with none has nothing to
+    /// gain from answering, and stays silent to what it cannot read).
+    fn answer_unknown_path(&mut self, t: Time, from: SocketAddr, ty: u8, len: usize) {
+        let connection = ty & 0x80 == 0 || matches!(ty, 0x86..=0x89);
+        let connected = self.census.of(PeerState::Connected) + self.census.of(PeerState::Disconnecting);
+        if !connection || len < wire::UNKNOWN_PATH_DATAGRAM || connected == 0 {
+            return;
+        }
+        let cookie = self.path_cookies.issue(t, from);
+        self.out.control(from, &Control::UnknownPath(cookie), Key::version());
+        self.stats.unknown_paths += 1;
+    }
+
+    /// An unknown path: the remote at `from` knows no connection of this side's address.
+    /// The peer of `from` answers where it is now (`Peer::on_unknown_path`); from an
+    /// address with no peer, or before a connection, it means nothing.
+    fn handle_unknown_path(&mut self, t: Time, from: SocketAddr, datagram: &[u8]) {
+        let cookie = match Control::decode(datagram, Key::version()) {
+            Ok(Control::UnknownPath(cookie)) => cookie,
+            Ok(_) => return self.malformed(DecodeError::UnknownType(wire::T_UNKNOWN_PATH)),
+            Err(e) => return self.malformed(e),
+        };
+        let Some(&index) = self.by_addr.get(&from) else {
+            self.stats.unknown_source += 1;
+            return;
+        };
+        let Self { slots, out, listener, census, .. } = self;
+        if let Some(peer) = slots.get_mut(index as usize).and_then(|s| s.peer.as_mut()) {
+            drive_peer(peer, out, (listener, census), |peer, out| peer.on_unknown_path(t, cookie, out));
         }
         self.mark_dirty(index);
     }
@@ -1246,6 +1318,7 @@ impl Host {
             // An ordered map's entries live in nodes of up to 11, about two thirds full.
             + self.by_ip.len() * 3 / 2 * size_of::<((IpAddr, u16), u32)>()
             + self.probes.capacity() * 8 / 7 * (size_of::<(SocketAddr, u32)>() + 1)
+            + self.by_nonce.len() * 3 / 2 * size_of::<(u32, u32)>()
             + self.listener.memory();
         m.buffers = self.out.memory() + self.recv_arena.capacity();
         m.total = m.peers + m.table + m.buffers;

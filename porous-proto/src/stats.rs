@@ -243,6 +243,9 @@ pub struct HostStats {
     /// Connections that moved to a new address of their remote, after it proved it
     /// receives there ([`Event::AddressChanged`](crate::Event::AddressChanged)).
     pub address_changes: u64,
+    /// Connection datagrams from addresses with no peer answered with an unknown path
+    /// (their sender, if it is a remote that moved, answers where it is now).
+    pub unknown_paths: u64,
     /// Connection requests refused (incompatible, host full, not accepting).
     pub refused: u64,
     /// Connection requests answered with a cookie challenge.

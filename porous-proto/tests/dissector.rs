@@ -157,8 +157,10 @@ fn the_layout_reader_sees_what_the_document_says() {
     let bodies: BTreeMap<_, _> = doc["bodies"].iter().cloned().collect();
     assert_eq!(bodies["0x84"], ["reason: u8", "detail: varint"]);
     assert_eq!(bodies["0x87"], Vec::<String>::new());
-    assert_eq!(doc["types"].len(), 10);
+    assert_eq!(doc["types"].len(), 12);
     assert_eq!(bodies["0x88"], ["data: u64"]);
+    assert_eq!(bodies["0x8B"], ["id: u32", "cookie: 8 B"]);
+    assert_eq!(doc["sealed_moved"].len(), 5);
     assert_eq!(lua_layouts()["refusals"].len(), 7);
 }
 

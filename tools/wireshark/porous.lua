@@ -118,6 +118,15 @@ LAYOUT.sealed_reply = {
   { "tag", "16 B" },
 }
 
+-- A sealed moved (0x8B): the id and cookie in the clear, all but the tag associated data.
+LAYOUT.sealed_moved = {
+  { "type", "u8" },
+  { "id", "u32" },
+  { "cookie", "8 B" },
+  { "counter", "u32" },
+  { "tag", "16 B" },
+}
+
 LAYOUT.sealed_connection = {
   { "type", "u8" },
   { "counter", "u32" },
@@ -144,6 +153,8 @@ LAYOUT.bodies = {
   [0x87] = {},
   [0x88] = { { "data", "u64" } },
   [0x89] = { { "data", "u64" } },
+  [0x8A] = { { "cookie", "8 B" } },
+  [0x8B] = { { "id", "u32" }, { "cookie", "8 B" } },
 }
 
 -- Type byte -> { datagram, key }.
@@ -158,6 +169,8 @@ LAYOUT.types = {
   [0x87] = { "disconnection acknowledgement", "connection" },
   [0x88] = { "path challenge", "connection" },
   [0x89] = { "path response", "connection" },
+  [0x8A] = { "unknown path", "version" },
+  [0x8B] = { "moved", "connection" },
 }
 
 -- Refusal reason -> { why, what the detail is }.
@@ -177,6 +190,7 @@ local WIRE_VERSION = 2
 local CHECK_LEN = 4
 local REQUEST_SIZE = 64
 local COOKIE_LEN = 16
+local PATH_COOKIE_LEN = 8
 local MAX_CONNECT_DATA = 256
 local MIN_MTU, MAX_MTU = 128, 65507
 local TAG_LEN = 16
@@ -292,6 +306,8 @@ local f = {
   detail = ProtoField.uint32("porous.refuse.detail", "Detail"),
   code = ProtoField.uint32("porous.disconnect.code", "Application's code"),
   path_data = ProtoField.uint64("porous.path.data", "Path challenge value", base.HEX),
+  path_cookie = ProtoField.bytes("porous.path.cookie", "Path cookie"),
+  path_id = ProtoField.uint32("porous.path.id", "Connection id (the receiver's nonce)", base.HEX),
   -- secure mode
   counter = ProtoField.uint32("porous.sealed.counter", "Counter (low 32 bits)"),
   salt = ProtoField.uint64("porous.sealed.salt", "Salt", base.HEX),
@@ -576,6 +592,13 @@ local function read_body(ty, r, tree)
     local range = r:take(8, "data")
     tree:add_le(f.path_data, range)
     return "data=" .. range:le_uint64():tohex()
+  elseif ty == 0x8A then
+    tree:add(f.path_cookie, r:take(PATH_COOKIE_LEN, "cookie"))
+  elseif ty == 0x8B then
+    local range, id = r:uint(4, "id")
+    tree:add_le(f.path_id, range)
+    tree:add(f.path_cookie, r:take(PATH_COOKIE_LEN, "cookie"))
+    return string.format("id=%08x", id)
   end
   return nil
 end
@@ -608,7 +631,9 @@ local function control_plain(tvb, pinfo, tree, c, from, to, ty, stored)
   else
     local more = read_body(ty, r, tree)
     if r:left() > 0 then bad("trailing bytes") end
-    if ty <= 0x85 then
+    if ty == 0x8A then
+      key, key_name = key_version(), "version"
+    elseif ty <= 0x85 then
       if peer.nonce then key, key_name = key_reply(peer.nonce), string.format("reply to nonce %08x", peer.nonce) end
     elseif me.nonce and peer.nonce then
       key, key_name = key_connection(me.nonce, peer.nonce), "connection"
@@ -928,6 +953,16 @@ local function sealed_datagram(tvb, pinfo, tree, c, from, ty)
   tree:add(f.secure, tvb:range(0, 1), true):set_generated()
   local reply = ty >= 0x81 and ty <= 0x85 and not (ty == 0x82 and c.requester == from)
   local info
+  if ty == 0x8B then
+    -- LAYOUT.sealed_moved
+    local irange, id = r:uint(4, "id")
+    tree:add_le(f.path_id, irange)
+    tree:add(f.path_cookie, r:take(PATH_COOKIE_LEN, "cookie"))
+    local crange, counter = r:uint(4, "counter")
+    tree:add_le(f.counter, crange)
+    if sealed_rest(tvb, tree, r) ~= 0 then bad("trailing bytes") end
+    return string.format("moved (sealed), id=%08x, counter %d", id, counter)
+  end
   if reply then
     local srange = r:take(8, "salt")
     tree:add_le(f.salt, srange)
@@ -1003,12 +1038,15 @@ function porous.dissector(tvb, pinfo, tree)
   local guessed = stored ~= nil and stored.guessed_sealed
   local ok, result = pcall(function()
     if ty >= 0x80 then
-      if ty > 0x89 then bad(string.format("unknown datagram type 0x%02x", ty)) end
+      if ty > 0x8B then bad(string.format("unknown datagram type 0x%02x", ty)) end
       root:add(f.type, tvb:range(0, 1))
       if ty == 0x80 and not plain_request_verifies(tvb) and looks_sealed_request(tvb) then
         return sealed_request(tvb, pinfo, root, c, from)
       end
-      if (c.secure or guessed) and ty ~= 0x80 then return sealed_datagram(tvb, pinfo, root, c, from, ty) end
+      -- An unknown path is never sealed: its sender knows no connection to seal it with.
+      if (c.secure or guessed) and ty ~= 0x80 and ty ~= 0x8A then
+        return sealed_datagram(tvb, pinfo, root, c, from, ty)
+      end
       local info, status = control_plain(tvb, pinfo, root, c, from, to, ty, stored and stored.status)
       frames[pinfo.number] = { status = status }
       return info

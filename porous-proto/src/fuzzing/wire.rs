@@ -196,7 +196,7 @@ fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<
 impl<'a> Arbitrary<'a> for ArbitraryDatagram<'a> {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
         if u.ratio(1, 4)? {
-            let c = match u.int_in_range(0..=9u8)? {
+            let c = match u.int_in_range(0..=11u8)? {
                 0 => {
                     let request = arbitrary_request_with_unordered(u)?;
                     let len = u.int_in_range(0..=wire::MAX_CONNECT_DATA)?;
@@ -210,6 +210,8 @@ impl<'a> Arbitrary<'a> for ArbitraryDatagram<'a> {
                 6 => Control::Disconnect { code: u.arbitrary()? },
                 7 => Control::PathChallenge { data: u.arbitrary()? },
                 8 => Control::PathResponse { data: u.arbitrary()? },
+                9 => Control::UnknownPath(wire::PathCookie(u.arbitrary()?)),
+                10 => Control::Moved { id: u.arbitrary()?, cookie: wire::PathCookie(u.arbitrary()?) },
                 _ => Control::DisconnectAck,
             };
             return Ok(Self::Control(c));

@@ -87,6 +87,11 @@ impl Keys {
         Self { local_nonce, mode: secure.map_or(Mode::Plain, |s| Mode::Secure(Box::new(s))) }
     }
 
+    /// This side's nonce.
+    pub(crate) fn local_nonce(&self) -> u32 {
+        self.local_nonce
+    }
+
     /// Secure mode's token state.
     pub(crate) fn secure(&self) -> Option<&SecureState> {
         match &self.mode {
@@ -169,7 +174,8 @@ impl Keys {
             Mode::Secure(s) => match (ty, s.is_client(), conn.map(|c| &mut c.keys)) {
                 (0x81..=0x85, true, _) => s.open_reply(datagram, self.local_nonce),
                 (0x82 | 0x86..=0x89, _, Some(ConnectionKeys::Sealed(c))) => c.open_control(datagram),
-                (0x82 | 0x86..=0x89, _, _) => Err(DecodeError::BadChecksum),
+                (0x8B, _, Some(ConnectionKeys::Sealed(c))) => c.open_moved(datagram),
+                (0x82 | 0x86..=0x89 | 0x8B, _, _) => Err(DecodeError::BadChecksum),
                 _ => Err(DecodeError::UnknownType(ty)),
             },
         }

@@ -74,12 +74,13 @@ use crate::lean::Nanos;
 use crate::stats::{PeerState, PeerStats, TransferStats};
 use crate::token::VerifiedToken;
 use crate::wire::secure::SecretKey;
-use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, RefuseReason};
+use crate::wire::{self, ConnectRequest, Control, Cookie, Key, KeyClass, PathCookie, RefuseReason};
 pub(crate) use keys::Input;
 use keys::{Connection, Keys, send_connection};
 pub(crate) use negotiate::{Params, negotiate, refusal, request, unordered};
 pub(crate) use output::Outputs;
-use path::Probe;
+pub(crate) use path::PathCookies;
+use path::{Path, Probe};
 pub(crate) use secure::SecureState;
 pub(crate) use session::Session;
 use session::{FrameMessages, initial_windows};
@@ -410,9 +411,9 @@ pub(crate) struct Peer {
     timeout: Nanos,
     /// Datagrams from the peer's address that failed to open or decode.
     malformed: u64,
-    /// A new address of the remote being validated (boxed: rare, and the slot's size is
-    /// every active peer's cost).
-    probe: Option<Box<Probe>>,
+    /// Address change: a new address of the remote being validated, and when the
+    /// connection last moved (`path.rs`).
+    path: Option<Box<Path>>,
     state: State,
 }
 
@@ -432,7 +433,7 @@ impl Peer {
             keys,
             settings,
             malformed: 0,
-            probe: None,
+            path: None,
             state: State::Connecting(Box::new(Handshake {
                 since: now,
                 local,
@@ -544,7 +545,7 @@ impl Peer {
     /// its counters are kept as they were then (`Host::peer_stats` reads them until it is
     /// deleted).
     fn end(&mut self, now: Time, end: End, reason: DisconnectReason, out: &mut Outputs) {
-        self.probe = None;
+        self.path = None;
         if self.known_to_app() {
             out.event(Event::Disconnected { peer: self.id, reason });
         }
@@ -749,8 +750,13 @@ impl Peer {
                 }
             }
             Control::PathChallenge { data } => self.answer_challenge(self.remote, data, out),
-            // Only one from the address probed counts ([`Peer::handle_from`]).
-            Control::PathResponse { .. } => {}
+            // Only one from the address probed counts ([`Peer::handle_from`]), and a moved
+            // only from a new address ([`Peer::moved`]): from the remote's own, the
+            // connection is where it says (an unknown path forged from the remote's
+            // address asked for it).
+            Control::PathResponse { .. } | Control::Moved { .. } => {}
+            // Goes to the host, which finds the peer by the sender's address.
+            Control::UnknownPath(_) => {}
         }
     }
 
@@ -796,10 +802,11 @@ impl Peer {
         out: &mut Outputs,
     ) -> Result<(), wire::DecodeError> {
         let probing = matches!(input, Input::Control(Control::PathChallenge { .. } | Control::PathResponse { .. }));
-        if !probing && self.probe.as_ref().is_none_or(|p| p.addr != from) {
-            self.probe = Some(Box::new(Probe::new(from, fresh())));
+        let path = self.path.get_or_insert_with(Box::default);
+        if !probing && path.probe.as_ref().is_none_or(|p| p.addr != from) {
+            path.probe = Some(Probe::new(from, fresh()));
         }
-        if let Some(p) = self.probe.as_mut().filter(|p| p.addr == from) {
+        if let Some(p) = path.probe.as_mut().filter(|p| p.addr == from) {
             p.received += len as u64;
         }
         let result = match input {
@@ -809,7 +816,7 @@ impl Peer {
                 }
                 match c {
                     Control::PathChallenge { data } => self.answer_challenge(from, data, out),
-                    Control::PathResponse { data } => self.on_path_response(from, data, out),
+                    Control::PathResponse { data } => self.on_path_response(now, from, data, out),
                     _ => {}
                 }
                 Ok(())
@@ -822,7 +829,61 @@ impl Peer {
 
     /// The address being validated, if any.
     pub(crate) fn probe_addr(&self) -> Option<SocketAddr> {
-        self.probe.as_ref().map(|p| p.addr)
+        self.probe().map(|p| p.addr)
+    }
+
+    fn probe(&self) -> Option<&Probe> {
+        self.path.as_ref().and_then(|p| p.probe.as_ref())
+    }
+
+    /// This side's nonce: the id a moved names the connection by.
+    pub(crate) fn local_nonce(&self) -> u32 {
+        self.keys.local_nonce()
+    }
+
+    /// A moved (opened by [`Peer::open_elsewhere`]) from `from`, with a cookie the host
+    /// issued to `from` at `issued`: the echo proves `from` receives, so the connection
+    /// moves there at once, unless it moved since the cookie was issued (a moved that
+    /// arrives late, from an address the remote has left since).
+    pub(crate) fn moved(&mut self, now: Time, from: SocketAddr, issued: Time, out: &mut Outputs) {
+        if !matches!(self.state, State::Connected { .. } | State::Disconnecting { .. }) {
+            return;
+        }
+        let path = self.path.get_or_insert_with(Box::default);
+        if path.moved_at.is_some_and(|m| issued <= m) {
+            return;
+        }
+        if let State::Connected { last_recv, .. } | State::Disconnecting { last_recv, .. } = &mut self.state {
+            *last_recv = now;
+        }
+        self.move_to(now, from, out);
+    }
+
+    /// Moves the connection to `to` (validated) and tells the application.
+    fn move_to(&mut self, now: Time, to: SocketAddr, out: &mut Outputs) {
+        let path = self.path.get_or_insert_with(Box::default);
+        path.probe = None;
+        path.moved_at = Some(now);
+        let old = std::mem::replace(&mut self.remote, to);
+        if old != to {
+            out.event(Event::AddressChanged { peer: self.id, old, new: to });
+        }
+    }
+
+    /// An unknown path from the remote's address: the remote knows no connection of this
+    /// side's address, which changed. Answers a moved naming the connection by the
+    /// remote's nonce and echoing `cookie`, at most once a round trip (a forged unknown
+    /// path can make this side send no more than that).
+    pub(crate) fn on_unknown_path(&mut self, now: Time, cookie: PathCookie, out: &mut Outputs) {
+        let pace = self.state.session().map_or(self.settings.config.connect_retry, |s| s.transfer.rtt());
+        let path = self.path.get_or_insert_with(Box::default);
+        if path.moved_sent.is_some_and(|t| now.saturating_duration_since(t) < pace) {
+            return;
+        }
+        let (State::Connected { conn, .. } | State::Disconnecting { conn, .. }) = &mut self.state else { return };
+        path.moved_sent = Some(now);
+        let id = conn.remote_nonce;
+        send_connection(out, self.remote, &Control::Moved { id, cookie }, Some(conn));
     }
 
     /// Echoes a path challenge to where it came from: as large as the challenge, so never
@@ -830,20 +891,18 @@ impl Peer {
     fn answer_challenge(&mut self, to: SocketAddr, data: u64, out: &mut Outputs) {
         let before = out.transmits.len();
         send_connection(out, to, &Control::PathResponse { data }, self.state.connection_mut());
-        if let Some(p) = self.probe.as_mut().filter(|p| p.addr == to) {
+        if let Some(p) = self.path.as_mut().and_then(|p| p.probe.as_mut()).filter(|p| p.addr == to) {
             p.sent += out.transmits.iter().skip(before).map(|t| t.payload.len() as u64).sum::<u64>();
         }
     }
 
     /// A path response from `from`: the echo of the probe's challenge from the probed
     /// address moves the connection there.
-    fn on_path_response(&mut self, from: SocketAddr, data: u64, out: &mut Outputs) {
-        if !self.probe.as_ref().is_some_and(|p| p.addr == from && p.challenge == data) {
+    fn on_path_response(&mut self, now: Time, from: SocketAddr, data: u64, out: &mut Outputs) {
+        if !self.probe().is_some_and(|p| p.addr == from && p.challenge == data) {
             return;
         }
-        self.probe = None;
-        let old = std::mem::replace(&mut self.remote, from);
-        out.event(Event::AddressChanged { peer: self.id, old, new: from });
+        self.move_to(now, from, out);
     }
 
     /// Sends the probe's challenge, if one may go now.
@@ -851,7 +910,8 @@ impl Peer {
         let extra = if self.keys.secure().is_some() { wire::secure::TAG_LEN } else { 0 };
         let size = wire::PATH_DATAGRAM + extra;
         let resend = self.state.session().map_or(self.settings.config.connect_retry, |s| s.transfer.rto());
-        let Self { probe: Some(p), state, .. } = self else { return };
+        let Self { path: Some(path), state, .. } = self else { return };
+        let Some(p) = path.probe.as_mut() else { return };
         if !p.may_challenge(now, size, resend) {
             return;
         }

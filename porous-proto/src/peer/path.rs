@@ -1,21 +1,112 @@
 //! Address change: the remote's datagrams arriving from another address than its own.
 //!
-//! A datagram of the connection (verified with its keys before anything here sees it)
-//! from a new address starts a [`Probe`] there: a path challenge the address must echo.
-//! The connection keeps sending to its validated address meanwhile; only the challenge
-//! goes to the new one, and only while the bytes sent there stay within the bytes
-//! received from there. The echo, arriving from the probed address, moves the connection.
+//! Two ways lead a connection to a new address, both ending in proof that the address
+//! receives:
+//!
+//! - A datagram of the connection (verified with its keys before anything here sees it)
+//!   from a new address of one of the host's peers' IPs starts a [`Probe`] there: a path
+//!   challenge the address must echo. The connection keeps sending to its validated
+//!   address meanwhile; only the challenge goes to the new one, and only while the bytes
+//!   sent there stay within the bytes received from there. The echo, arriving from the
+//!   probed address, moves the connection.
+//! - A datagram from an IP the host knows no peer of gets an *unknown path* answer with a
+//!   [`PathCookies`] cookie bound to that address and the time; the remote answers a
+//!   *moved* naming the connection and echoing the cookie, keyed with the connection. The
+//!   echo proves the address receives, so the moved moves the connection at once.
 //!
 //! Invariants: `sent <= received` for the probe's address at all times (nothing else
 //! leaves for it before it is validated); a probe moves the connection only on the echo
-//! of its own challenge from its own address, so a datagram from an address that does not
-//! receive (a late one from an address the remote left, a replay from a third address)
-//! never moves it.
+//! of its own challenge from its own address, and a moved only with a cookie issued to the
+//! address it came from after the connection's latest move, so a datagram from an address
+//! that does not receive (a late one from an address the remote left, a replay from a
+//! third address) never moves it.
 
+use std::hash::Hasher as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use siphasher::sip::SipHasher24;
+
 use crate::time::Time;
+use crate::wire::{PATH_COOKIE_LEN, PathCookie};
+
+/// How long a path cookie is accepted after it was issued: far beyond any round trip a
+/// game plays over, short enough that an old cookie seen on the path is soon useless.
+pub(crate) const PATH_COOKIE_LIFETIME: Duration = Duration::from_secs(10);
+
+/// A peer's address-change state (boxed in the peer: rare, and the slot's size is every
+/// active peer's cost).
+#[derive(Debug, Default)]
+pub(crate) struct Path {
+    /// A new address of the remote being validated.
+    pub(crate) probe: Option<Probe>,
+    /// When the connection last moved: a moved whose cookie was issued before is stale.
+    pub(crate) moved_at: Option<Time>,
+    /// When this side last answered an unknown path with a moved (at most one a round
+    /// trip: each costs more bytes than the unknown path that asked for it).
+    pub(crate) moved_sent: Option<Time>,
+}
+
+/// The host's path cookies: a 32-bit SipHash-2-4 MAC, keyed with the host's secret, over
+/// the address and the time of issue (milliseconds), sent with that time. Stateless: the
+/// host keeps nothing per address it answers.
+#[derive(Clone)]
+pub(crate) struct PathCookies {
+    keys: (u64, u64),
+}
+
+impl core::fmt::Debug for PathCookies {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("PathCookies(..)")
+    }
+}
+
+impl PathCookies {
+    pub(crate) fn new(keys: (u64, u64)) -> Self {
+        Self { keys }
+    }
+
+    fn mac(&self, addr: SocketAddr, issued: u32) -> u32 {
+        let mut h = SipHasher24::new_with_keys(self.keys.0, self.keys.1);
+        // Apart from the handshake cookies made with the same secret.
+        h.write(b"porous path");
+        match addr {
+            SocketAddr::V4(a) => h.write(&a.ip().octets()),
+            SocketAddr::V6(a) => h.write(&a.ip().octets()),
+        }
+        h.write_u16(addr.port());
+        h.write_u32(issued);
+        h.finish() as u32
+    }
+
+    /// The cookie for `addr` at `now`.
+    pub(crate) fn issue(&self, now: Time, addr: SocketAddr) -> PathCookie {
+        let issued = millis(now);
+        let mut c = [0; PATH_COOKIE_LEN];
+        c[..4].copy_from_slice(&issued.to_le_bytes());
+        c[4..].copy_from_slice(&self.mac(addr, issued).to_le_bytes());
+        PathCookie(c)
+    }
+
+    /// When `cookie` was issued, if it was issued by this host to `addr` within
+    /// [`PATH_COOKIE_LIFETIME`] of `now`.
+    pub(crate) fn verify(&self, now: Time, addr: SocketAddr, cookie: &PathCookie) -> Option<Time> {
+        let [i0, i1, i2, i3, m0, m1, m2, m3] = cookie.0;
+        let issued = u32::from_le_bytes([i0, i1, i2, i3]);
+        let mac = u32::from_le_bytes([m0, m1, m2, m3]);
+        // Compared without branching on the MAC's bits.
+        if self.mac(addr, issued) ^ mac != 0 {
+            return None;
+        }
+        let age = Duration::from_millis(u64::from(millis(now).wrapping_sub(issued)));
+        (age <= PATH_COOKIE_LIFETIME && age <= now.saturating_duration_since(Time::default())).then(|| now - age)
+    }
+}
+
+/// `t` in whole milliseconds, wrapping every 49 days (cookies live seconds).
+fn millis(t: Time) -> u32 {
+    (t.nanos().max(0) / 1_000_000) as u32
+}
 
 /// A path validation under way towards `addr`.
 #[derive(Debug)]
@@ -58,6 +149,27 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
+
+    #[test]
+    fn path_cookies_bind_address_and_time_and_expire() {
+        let cookies = PathCookies::new((1, 2));
+        let a: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let t = Time::from_nanos(0) + Duration::from_secs(100);
+        let c = cookies.issue(t, a);
+        assert_eq!(cookies.verify(t + Duration::from_secs(3), a, &c), Some(t));
+        assert_eq!(cookies.verify(t + PATH_COOKIE_LIFETIME, a, &c), Some(t));
+        assert_eq!(cookies.verify(t + PATH_COOKIE_LIFETIME + Duration::from_millis(1), a, &c), None, "expired");
+        assert_eq!(cookies.verify(t, "10.0.0.1:5001".parse().unwrap(), &c), None, "another port");
+        assert_eq!(cookies.verify(t, "10.0.0.2:5000".parse().unwrap(), &c), None, "another address");
+        assert_eq!(PathCookies::new((3, 4)).verify(t, a, &c), None, "another host's secret");
+        assert_eq!(cookies.verify(t - Duration::from_secs(1), a, &c), None, "issued in the future");
+        let mut forged = c;
+        forged.0[0] ^= 1;
+        assert_eq!(cookies.verify(t, a, &forged), None, "a changed time fails the MAC");
+        forged = c;
+        forged.0[7] ^= 1;
+        assert_eq!(cookies.verify(t, a, &forged), None);
+    }
 
     #[test]
     fn a_challenge_waits_for_the_bytes_it_may_cost_and_for_its_resend_time() {

@@ -182,6 +182,19 @@ impl Sealed {
         Ok(control)
     }
 
+    /// Opens a moved datagram (`0x8B`): its counter checked against the replay window,
+    /// then its tag; its counter marked once it verified.
+    pub(crate) fn open_moved(&mut self, datagram: &[u8]) -> Result<Control<'static>, DecodeError> {
+        let moved = secure::SealedMoved::split(datagram)?;
+        let n = secure::expand_counter(moved.counter, self.replay.reference());
+        self.replay.check(n)?;
+        if !moved.verify(&self.recv, n) {
+            return Err(DecodeError::BadChecksum);
+        }
+        self.replay.mark(n);
+        Ok(Control::Moved { id: moved.id, cookie: moved.cookie })
+    }
+
     /// Opens a data datagram: checked against the replay window, verified and decrypted in
     /// one pass into `arena` (delivered packets are slices of the plaintext), its counter
     /// then marked as received. Authentic from there on: the counter is spent even if the

@@ -12,10 +12,20 @@
 //! | `0x87` | disconnection acknowledgement | empty | [`Key::connection`] |
 //! | `0x88` | path challenge | `data: u64` | [`Key::connection`] |
 //! | `0x89` | path response | `data: u64` | [`Key::connection`] |
+//! | `0x8A` | unknown path | 8-byte [`PathCookie`] | [`Key::version`] |
+//! | `0x8B` | moved | `id: u32`, 8-byte [`PathCookie`] | [`Key::connection`] |
 //!
 //! A path challenge asks whoever receives it at a new address of the connection to echo
 //! its 8 random bytes in a path response: the address proves it receives (`docs/protocol.md`,
 //! address change). Both are 13 bytes, so answering one never sends more than came in.
+//!
+//! An unknown path answers a connection datagram from an address a host knows no
+//! connection of (a remote that moved to another IP): it carries a cookie bound to that
+//! address, 13 bytes, sent only for a datagram at least as large. Its receiver answers a
+//! *moved* to its remote: the host's id for the connection (the host's own nonce) and the
+//! cookie, keyed with the connection, so the host finds the connection by the id, and the
+//! echoed cookie proves the new address receives. Sealed, a moved keeps the id and the
+//! cookie in the clear (associated data), so the host reads both before any key work.
 //!
 //! Every reply is keyed with the nonce of the request it answers, so only the requester
 //! (who alone knows its nonce, barring an on-path observer) accepts it: an acknowledgement
@@ -58,6 +68,14 @@ pub const REQUEST_SIZE: usize = 64;
 pub const PATH_DATAGRAM: usize = 1 + 8 + CHECK_LEN;
 /// Length of a challenge cookie.
 pub const COOKIE_LEN: usize = 16;
+/// Length of a path cookie ([`PathCookie`]).
+pub const PATH_COOKIE_LEN: usize = 8;
+/// Length of an unknown-path datagram (type, cookie, check): the smallest datagram a host
+/// answers with one.
+pub const UNKNOWN_PATH_DATAGRAM: usize = 1 + PATH_COOKIE_LEN + CHECK_LEN;
+/// Length of a moved datagram in plain mode (type, id, cookie, check); sealed, 16 bytes
+/// more.
+pub const MOVED_DATAGRAM: usize = 1 + 4 + PATH_COOKIE_LEN + CHECK_LEN;
 /// Most bytes of connect data a request may carry (see [`Control::Request`]).
 pub const MAX_CONNECT_DATA: usize = 256;
 /// Most bytes of a request that are neither connect data nor the unordered channels'
@@ -126,6 +144,13 @@ impl FromIterator<u8> for ChannelSet {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Cookie(pub [u8; COOKIE_LEN]);
+
+/// An opaque token a host hands an address that sends it connection datagrams without a
+/// connection there ([`Control::UnknownPath`]); echoed in a [`Control::Moved`] from that
+/// address, it proves the sender receives there (`docs/protocol.md`, address change).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct PathCookie(pub [u8; PATH_COOKIE_LEN]);
 
 /// The parameters a connecting side announces (spec §2.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +249,19 @@ pub enum Control<'a> {
         /// The challenge's value.
         data: u64,
     },
+    /// Answers a connection datagram from an address the sender knows no connection of:
+    /// if the receiver's connection to the sender moved there, it answers a
+    /// [`Control::Moved`] with this cookie.
+    UnknownPath(PathCookie),
+    /// Tells the receiver that the connection it knows by `id` (its own nonce) now sends
+    /// from where this came from; `cookie` is the receiver's [`Control::UnknownPath`]
+    /// cookie for that address.
+    Moved {
+        /// The receiver's id for the connection: the nonce it announced.
+        id: u32,
+        /// The cookie echoed.
+        cookie: PathCookie,
+    },
 }
 
 pub(crate) const T_REQUEST: u8 = 0x80;
@@ -236,6 +274,8 @@ pub(crate) const T_DISCONNECT: u8 = 0x86;
 pub(crate) const T_DISCONNECT_ACK: u8 = 0x87;
 pub(crate) const T_PATH_CHALLENGE: u8 = 0x88;
 pub(crate) const T_PATH_RESPONSE: u8 = 0x89;
+pub(crate) const T_UNKNOWN_PATH: u8 = 0x8A;
+pub(crate) const T_MOVED: u8 = 0x8B;
 
 impl<'a> Control<'a> {
     /// A connection request without connect data.
@@ -257,6 +297,8 @@ impl<'a> Control<'a> {
             Self::DisconnectAck => Control::DisconnectAck,
             Self::PathChallenge { data } => Control::PathChallenge { data },
             Self::PathResponse { data } => Control::PathResponse { data },
+            Self::UnknownPath(c) => Control::UnknownPath(c),
+            Self::Moved { id, cookie } => Control::Moved { id, cookie },
         }
     }
 
@@ -282,6 +324,11 @@ impl<'a> Control<'a> {
             Self::Challenge(cookie) => out.put_slice(&cookie.0),
             Self::Disconnect { code } => put_varint(out, *code),
             Self::PathChallenge { data } | Self::PathResponse { data } => out.put_u64_le(*data),
+            Self::UnknownPath(cookie) => out.put_slice(&cookie.0),
+            Self::Moved { id, cookie } => {
+                out.put_u32_le(*id);
+                out.put_slice(&cookie.0);
+            }
             Self::Ack | Self::DisconnectAck => {}
         }
     }
@@ -307,6 +354,8 @@ impl<'a> Control<'a> {
             T_DISCONNECT_ACK => Self::DisconnectAck,
             T_PATH_CHALLENGE => Self::PathChallenge { data: r.u64(Field::PathData)? },
             T_PATH_RESPONSE => Self::PathResponse { data: r.u64(Field::PathData)? },
+            T_UNKNOWN_PATH => Self::UnknownPath(read_path_cookie(r)?),
+            T_MOVED => Self::Moved { id: r.u32(Field::Nonce)?, cookie: read_path_cookie(r)? },
             other => return Err(DecodeError::UnknownType(other)),
         };
         if !r.is_empty() {
@@ -327,6 +376,8 @@ impl<'a> Control<'a> {
             Self::DisconnectAck => T_DISCONNECT_ACK,
             Self::PathChallenge { .. } => T_PATH_CHALLENGE,
             Self::PathResponse { .. } => T_PATH_RESPONSE,
+            Self::UnknownPath(_) => T_UNKNOWN_PATH,
+            Self::Moved { .. } => T_MOVED,
         }
     }
 
@@ -369,6 +420,23 @@ impl<'a> Control<'a> {
             other => Self::read_body(other, &mut r),
         }
     }
+}
+
+/// The id and cookie of a moved datagram, read before anything verifies it: they are in
+/// the clear at the same place in both modes (after the type byte). `None` if `datagram`
+/// is too short to be one.
+pub(crate) fn peek_moved(datagram: &[u8]) -> Option<(u32, PathCookie)> {
+    if datagram.len() < MOVED_DATAGRAM {
+        return None;
+    }
+    let mut r = Reader::new(datagram.get(1..)?);
+    Some((r.u32(Field::Nonce).ok()?, read_path_cookie(&mut r).ok()?))
+}
+
+fn read_path_cookie(r: &mut Reader<'_>) -> Result<PathCookie, DecodeError> {
+    let mut cookie = [0; PATH_COOKIE_LEN];
+    cookie.copy_from_slice(r.bytes(PATH_COOKIE_LEN, Field::Cookie)?);
+    Ok(PathCookie(cookie))
 }
 
 /// Writes a request body with `data` and pads the datagram (which began at `start`) to
@@ -568,6 +636,8 @@ mod tests {
             Control::DisconnectAck,
             Control::PathChallenge { data: 0x0123_4567_89AB_CDEF },
             Control::PathResponse { data: u64::MAX },
+            Control::UnknownPath(PathCookie([1, 2, 3, 4, 5, 6, 7, 8])),
+            Control::Moved { id: 0xDEAD_BEEF, cookie: PathCookie([9; PATH_COOKIE_LEN]) },
         ]
     }
 
@@ -593,6 +663,12 @@ mod tests {
                 Control::RequestAck(r) => assert_eq!(n, REQUEST_SIZE + r.unordered.wire_len(r.channels)),
                 // A response is exactly as large as the challenge it echoes.
                 Control::PathChallenge { .. } | Control::PathResponse { .. } => assert_eq!(n, PATH_DATAGRAM),
+                // An unknown path answers any connection datagram at least this large.
+                Control::UnknownPath(_) => assert_eq!(n, UNKNOWN_PATH_DATAGRAM),
+                Control::Moved { id, cookie } => {
+                    assert_eq!(n, MOVED_DATAGRAM);
+                    assert_eq!(peek_moved(&out), Some((id, cookie)), "the id and cookie are where a host reads them");
+                }
                 _ => assert!(n <= REQUEST_SIZE, "{c:?} is {n} bytes"),
             }
         }
@@ -720,6 +796,15 @@ mod tests {
             Control::decode(&sealed(&[T_PATH_RESPONSE, 1, 2, 3, 4, 5, 6, 7, 8, 9], ck), ck),
             Err(DecodeError::TrailingBytes)
         );
-        assert_eq!(Control::decode(&sealed(&[0x8A], rk), rk), Err(DecodeError::UnknownType(0x8A)));
+        assert_eq!(
+            Control::decode(&sealed(&[T_UNKNOWN_PATH, 1, 2, 3, 4, 5, 6, 7], Key::version()), Key::version()),
+            Err(DecodeError::Truncated(Field::Cookie))
+        );
+        assert_eq!(
+            Control::decode(&sealed(&[T_MOVED, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], ck), ck),
+            Err(DecodeError::TrailingBytes)
+        );
+        assert_eq!(peek_moved(&[T_MOVED, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]), None, "too short");
+        assert_eq!(Control::decode(&sealed(&[0x8C], rk), rk), Err(DecodeError::UnknownType(0x8C)));
     }
 }

@@ -3,7 +3,7 @@
 //! A datagram is `type: u8`, a body, and a 4-byte integrity check (see [`Key`]). The type
 //! byte says which of two families it belongs to:
 //!
-//! - **control** (`0x80..=0x89`, [`Control`]): the handshake, disconnection and path validation;
+//! - **control** (`0x80..=0x8B`, [`Control`]): the handshake, disconnection and path validation;
 //! - **connection** (high bit clear, [`Data`]): one data frame and/or acknowledgements and
 //!   pings, in the same datagram whenever they are due together.
 //!
@@ -26,9 +26,11 @@ pub use check::Key;
 pub use crate::config::{MAX_MTU, MIN_MTU};
 pub(crate) use check::PlainKey;
 pub use control::{
-    COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, MAX_REQUEST, PATH_DATAGRAM,
-    REQUEST_OVERHEAD_MAX, REQUEST_SIZE, RefuseReason, UNORDERED_MAX,
+    COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, MAX_CONNECT_DATA, MAX_REQUEST, MOVED_DATAGRAM,
+    PATH_COOKIE_LEN, PATH_DATAGRAM, PathCookie, REQUEST_OVERHEAD_MAX, REQUEST_SIZE, RefuseReason,
+    UNKNOWN_PATH_DATAGRAM, UNORDERED_MAX,
 };
+pub(crate) use control::{T_MOVED, T_UNKNOWN_PATH, peek_moved};
 pub use data::{
     ACK_DELAY_UNIT, AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, FixedRefs, MAX_ACK_RANGES, Messages,
     ack_delay_len, ack_range_len, ack_section_len,
@@ -55,7 +57,8 @@ pub const fn fragment_payload(mtu: usize) -> usize {
 /// Which key a datagram's check is computed with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KeyClass {
-    /// [`Key::version`]: connection requests.
+    /// [`Key::version`]: connection requests, and unknown-path answers (which no
+    /// connection can key: their sender knows none at the address).
     Version,
     /// [`Key::reply`]: replies to a request, keyed with the requester's nonce.
     Reply,
@@ -82,7 +85,7 @@ pub fn peek_type(datagram: &[u8]) -> Result<u8, DecodeError> {
         if (ty & 0x40 != 0 && ty & 0x01 != 0) || (ty & 0x40 == 0 && ty & 0x30 != 0) {
             return Err(DecodeError::ReservedBits(Field::Type));
         }
-    } else if ty > control::T_PATH_RESPONSE {
+    } else if ty > T_MOVED {
         return Err(DecodeError::UnknownType(ty));
     }
     Ok(ty)
@@ -91,7 +94,7 @@ pub fn peek_type(datagram: &[u8]) -> Result<u8, DecodeError> {
 /// The key class of a datagram type returned by [`peek_type`].
 pub const fn key_class(ty: u8) -> KeyClass {
     match ty {
-        control::T_REQUEST => KeyClass::Version,
+        control::T_REQUEST | T_UNKNOWN_PATH => KeyClass::Version,
         control::T_REQUEST_ACK..=control::T_CHALLENGE => KeyClass::Reply,
         _ => KeyClass::Connection,
     }
@@ -255,7 +258,7 @@ mod tests {
                 }
                 Err(DecodeError::Empty) => assert!(ty == 0 || ty == 0x01, "padding alone carries nothing"),
                 Err(DecodeError::ReservedBits(Field::Type)) => assert!(ty & 0x80 == 0),
-                Err(DecodeError::UnknownType(t)) => assert!(t > 0x89),
+                Err(DecodeError::UnknownType(t)) => assert!(t > 0x8B),
                 Err(e) => panic!("unexpected {e:?}"),
             }
         }
@@ -264,6 +267,8 @@ mod tests {
         assert_eq!(key_class(0x86), KeyClass::Connection);
         assert_eq!(key_class(0x88), KeyClass::Connection);
         assert_eq!(key_class(0x89), KeyClass::Connection);
+        assert_eq!(key_class(0x8A), KeyClass::Version);
+        assert_eq!(key_class(0x8B), KeyClass::Connection);
         assert_eq!(peek_type(&[0x82; 4]), Err(DecodeError::TooShort { len: 4 }));
     }
 

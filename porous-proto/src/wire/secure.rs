@@ -34,10 +34,10 @@ use chacha20::{R20, hchacha};
 use super::aead::Cipher;
 use super::codec::Reader;
 use super::control::{
-    T_ACK, T_CHALLENGE, T_DISCONNECT, T_DISCONNECT_ACK, T_PATH_CHALLENGE, T_PATH_RESPONSE, T_REQUEST, T_REQUEST_ACK,
-    read_request,
+    PATH_COOKIE_LEN, T_ACK, T_CHALLENGE, T_DISCONNECT, T_DISCONNECT_ACK, T_MOVED, T_PATH_CHALLENGE, T_PATH_RESPONSE,
+    T_REQUEST, T_REQUEST_ACK, read_request,
 };
-use super::{CHECK_LEN, ConnectRequest, Control, DecodeError, Field, WIRE_VERSION};
+use super::{CHECK_LEN, ConnectRequest, Control, DecodeError, Field, PathCookie, WIRE_VERSION};
 
 /// Length of the authentication tag that replaces the 4-byte check.
 pub const TAG_LEN: usize = super::aead::TAG;
@@ -336,12 +336,68 @@ pub(crate) fn encode_sealed_control<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
     n: u64,
 ) -> usize {
     let start = out.as_ref().len();
+    if let Control::Moved { id, cookie } = c {
+        // The id and the cookie stay in the clear, before the counter, so the receiving
+        // host finds the connection and checks the cookie before any key work; everything
+        // is associated data, and nothing is encrypted.
+        out.put_u8(T_MOVED);
+        out.put_u32_le(*id);
+        out.put_slice(&cookie.0);
+        out.put_u32_le(n as u32);
+        let tag = key.seal(n, out.as_ref().get(start..).unwrap_or_default(), &mut []);
+        out.put_slice(&tag);
+        return out.as_ref().len() - start;
+    }
     out.put_u8(c.type_byte());
     out.put_u32_le(n as u32);
     c.put_body(out, None);
     let tag = key.seal_datagram(n, out.as_mut().get_mut(start..).unwrap_or_default());
     out.put_slice(&tag);
     out.as_ref().len() - start
+}
+
+/// Length of a sealed moved datagram's clear part: type, id, cookie, counter.
+const MOVED_CLEAR: usize = 1 + 4 + PATH_COOKIE_LEN + COUNTER_LEN;
+
+/// A sealed moved datagram (`0x8B`), split: `type, id u32, cookie, counter u32, tag`, all
+/// but the tag associated data.
+#[derive(Clone, Copy, Debug)]
+pub struct SealedMoved<'a> {
+    /// The receiver's id for the connection.
+    pub id: u32,
+    /// The receiver's path cookie, echoed.
+    pub cookie: PathCookie,
+    /// The counter's low 32 bits.
+    pub counter: u32,
+    clear: &'a [u8],
+    tag: &'a [u8],
+}
+
+impl<'a> SealedMoved<'a> {
+    /// Splits a sealed moved datagram; anything but exactly that layout is an error.
+    pub fn split(datagram: &'a [u8]) -> Result<Self, DecodeError> {
+        if datagram.first() != Some(&T_MOVED) {
+            return Err(datagram.first().map_or(DecodeError::Empty, |&t| DecodeError::UnknownType(t)));
+        }
+        if datagram.len() < MOVED_CLEAR + TAG_LEN {
+            return Err(DecodeError::TooShort { len: datagram.len() });
+        }
+        if datagram.len() > MOVED_CLEAR + TAG_LEN {
+            return Err(DecodeError::TrailingBytes);
+        }
+        let (clear, tag) = datagram.split_at(MOVED_CLEAR);
+        let mut r = Reader::new(clear.get(1..).unwrap_or_default());
+        let id = r.u32(Field::Nonce)?;
+        let mut cookie = [0; PATH_COOKIE_LEN];
+        cookie.copy_from_slice(r.bytes(PATH_COOKIE_LEN, Field::Cookie)?);
+        let counter = r.u32(Field::Counter)?;
+        Ok(Self { id, cookie: PathCookie(cookie), counter, clear, tag })
+    }
+
+    /// Whether the tag verifies under `key` with the full counter `n`.
+    pub fn verify(&self, key: &AeadKey, n: u64) -> bool {
+        key.open(n, self.clear, &mut [], self.tag)
+    }
 }
 
 /// Seals what `out` holds from `start` (associated data up to `body_from`, then the body)
@@ -702,6 +758,36 @@ mod tests {
                 "misexpanded counter"
             );
         }
+    }
+
+    /// A sealed moved keeps its id and cookie in the clear where a plain one has them (the
+    /// host reads them before any key work), and its tag covers them: changing either, or
+    /// the counter, fails it.
+    #[test]
+    fn a_sealed_moved_is_clear_where_a_host_reads_it_and_authentic() {
+        let key = AeadKey::new(KEY);
+        let cookie = PathCookie([7; PATH_COOKIE_LEN]);
+        let mut out = Vec::new();
+        let n = encode_sealed_control(&mut out, &Control::Moved { id: 0x0102_0304, cookie }, &key, 41);
+        assert_eq!(n, out.len());
+        assert_eq!(n, super::super::MOVED_DATAGRAM + TAG_LEN);
+        assert_eq!(super::super::peek_moved(&out), Some((0x0102_0304, cookie)));
+        let m = SealedMoved::split(&out).unwrap();
+        assert_eq!((m.id, m.cookie, m.counter), (0x0102_0304, cookie, 41));
+        assert!(m.verify(&key, 41));
+        assert!(!m.verify(&key, 41 + (1 << 32)), "another full counter");
+        assert!(!m.verify(&AeadKey::new(SecretKey([9; 32])), 41), "another key");
+        for i in 1..17 {
+            let mut forged = out.clone();
+            forged[i] ^= 1;
+            let m = SealedMoved::split(&forged).unwrap();
+            assert!(!m.verify(&key, u64::from(m.counter)), "byte {i} is authenticated");
+        }
+        assert_eq!(SealedMoved::split(&out[..out.len() - 1]).unwrap_err(), DecodeError::TooShort { len: n - 1 });
+        let mut long = out.clone();
+        long.push(0);
+        assert_eq!(SealedMoved::split(&long).unwrap_err(), DecodeError::TrailingBytes);
+        assert_eq!(SealedMoved::split(&[0x88; 40]).unwrap_err(), DecodeError::UnknownType(0x88));
     }
 
     #[test]
