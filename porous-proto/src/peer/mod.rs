@@ -859,13 +859,17 @@ impl Peer {
         self.move_to(now, from, out);
     }
 
-    /// Moves the connection to `to` (validated) and tells the application.
+    /// Moves the connection to `to` (validated) and tells the application. What is in
+    /// flight went to the old address and is resent to the new one at once.
     fn move_to(&mut self, now: Time, to: SocketAddr, out: &mut Outputs) {
         let path = self.path.get_or_insert_with(Box::default);
         path.probe = None;
         path.moved_at = Some(now);
         let old = std::mem::replace(&mut self.remote, to);
         if old != to {
+            if let Some(session) = self.state.session_mut() {
+                session.transfer.on_path_change(now);
+            }
             out.event(Event::AddressChanged { peer: self.id, old, new: to });
         }
     }

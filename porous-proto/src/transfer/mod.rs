@@ -622,32 +622,16 @@ impl Transfer {
             (&mut self.queued, &mut self.stats, &mut self.cc, &mut self.pmtu, &mut self.episode);
         let redundancy = &mut self.redundancy;
         let timed_out = self.inflight.detect_losses(now, rto, window, |q, id| {
-            let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
             let (size, sent_at) = q.get(id).map_or((0, now), |f| (f.bytes(), f.sent_at));
             if pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) && pmtu.on_large_lost(size, sent_at) {
                 stats.black_holes += 1;
             }
-            let stripped = q.drop_frame(
-                id,
-                sentinel,
-                |m| {
-                    release(queued, m);
-                    stats.unreliable_stripped += 1;
-                },
-                |q, r| FRAME_BASE + q.messages(r).map(|m| RunContext::explicit_len(&m.as_wire())).sum::<usize>(),
-            );
-            if let Some(outcome) = stripped {
-                stats.frames_lost += 1;
+            if drop_lost(q, id, spacing, queued, stats) {
                 redundancy.on_lost();
                 let e =
                     episode.get_or_insert_with(|| Episode { before: cc.reaction(), lost: 0, spurious: 0, after: 0 });
                 e.lost += 1;
                 e.after = q.next_serial();
-                match outcome {
-                    Outcome::Sentinel => stats.sentinel_frames += 1,
-                    Outcome::Discarded => stats.frames_unacknowledged += 1,
-                    _ => {}
-                }
                 cc.on_drop(now, size, path);
             }
         });
@@ -656,6 +640,21 @@ impl Transfer {
             self.backoff_from = self.inflight.next_serial();
         }
         self.stats.congestion_resets = self.cc.resets();
+    }
+
+    /// The connection moved to a new address of its remote: what is in flight went to the
+    /// old one, where the remote no longer receives (its NAT forgot the mapping, or it left
+    /// that network). Every frame in flight is declared lost now and resent to the new
+    /// address at the next flush, rather than a reordering window after the first
+    /// acknowledgement from there or a resend timeout. It says nothing of the new path:
+    /// no congestion response, no black hole, no loss for the repair estimate, no backoff.
+    /// A frame that did arrive is acknowledged as any spurious loss is.
+    pub(crate) fn on_path_change(&mut self, now: Time) {
+        let spacing = self.shared.sentinel_spacing;
+        let (queued, stats) = (&mut self.queued, &mut self.stats);
+        self.inflight.detect_losses(now, Duration::ZERO, Duration::ZERO, |q, id| {
+            drop_lost(q, id, spacing, queued, stats);
+        });
     }
 
     /// Runs the resend timer.
@@ -841,6 +840,29 @@ impl Transfer {
 fn expire(queued: &mut [usize], stats: &mut TransferStats, m: &OutMessage) {
     release(queued, m);
     stats.unreliable_expired += 1;
+}
+
+/// Drops frame `id`, declared lost (spec §3.1.2: see [`InFlight::drop_frame`]), releasing
+/// its unreliable messages, and counts it; whether it was in flight.
+fn drop_lost(q: &mut InFlight, id: u32, spacing: u32, queued: &mut [usize], stats: &mut TransferStats) -> bool {
+    let sentinel = SeqSpace::FRAME.is_spaced(id, spacing);
+    let stripped = q.drop_frame(
+        id,
+        sentinel,
+        |m| {
+            release(queued, m);
+            stats.unreliable_stripped += 1;
+        },
+        |q, r| FRAME_BASE + q.messages(r).map(|m| RunContext::explicit_len(&m.as_wire())).sum::<usize>(),
+    );
+    let Some(outcome) = stripped else { return false };
+    stats.frames_lost += 1;
+    match outcome {
+        Outcome::Sentinel => stats.sentinel_frames += 1,
+        Outcome::Discarded => stats.frames_unacknowledged += 1,
+        _ => {}
+    }
+    true
 }
 
 fn release(queued: &mut [usize], m: &OutMessage) {

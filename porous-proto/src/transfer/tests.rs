@@ -659,3 +659,54 @@ fn a_peer_that_holds_acknowledgements_for_its_own_tick_is_waited_for_whatever_th
         );
     }
 }
+
+/// A move to a new address resends everything in flight at the next flush, oldest first,
+/// without a congestion response or a backoff, and a resend that arrives completes the
+/// transfer as any other.
+#[test]
+fn a_path_change_resends_the_flight_at_once_without_a_congestion_response() {
+    let t0 = Time::ZERO;
+    let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
+    let mut c = cfg(1200);
+    c.congestion = CongestionControl::Aimd;
+    let mut a = Transfer::new(c.clone(), 0, 0);
+    let mut b = Transfer::new(c, 0, 0);
+    for id in 0..4 {
+        a.enqueue(Priority::High, message(0, id, SendMode::Reliable, 500));
+    }
+    let lost_on_the_old_path = flush(&mut a, t0, kab);
+    assert_eq!(lost_on_the_old_path.len(), 2);
+    let (cwnd, in_flight) = (a.cwnd(), a.frames_in_flight());
+    assert_eq!(in_flight, 2);
+    let moved = t0 + 10 * MS;
+    a.on_path_change(moved);
+    let s = a.stats();
+    assert_eq!(s.frames_lost, 2, "{s:?}");
+    assert_eq!(a.cwnd(), cwnd, "no congestion response");
+    assert_eq!(a.rto(), Transfer::new(cfg(1200), 0, 0).rto(), "no backoff");
+    let resent = flush(&mut a, moved, kab);
+    let ids: Vec<u32> =
+        resent.iter().filter_map(|d| Data::decode(d, kab, &Exp(&b)).ok().and_then(|d| d.frame_id)).collect();
+    assert!(ids.len() >= 2, "the flight went again at once: {ids:?}");
+    // The resends reach the remote at its new address; the rest follows.
+    let mut got: Vec<u32> =
+        resent.iter().filter_map(|d| deliver(&mut b, moved, kab, d)).flat_map(|(_, ids)| ids).collect();
+    let mut now = moved;
+    for _ in 0..20 {
+        for d in flush(&mut b, now, kba) {
+            deliver(&mut a, now, kba, &d);
+        }
+        for d in flush(&mut a, now, kab) {
+            if let Some((_, ids)) = deliver(&mut b, now, kab, &d) {
+                got.extend(ids);
+            }
+        }
+        now += 5 * MS;
+        a.on_timeout(now);
+        b.on_timeout(now);
+    }
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(got, vec![0, 1, 2, 3], "every message arrived");
+    assert!(a.is_idle());
+}
