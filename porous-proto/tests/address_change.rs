@@ -480,3 +480,32 @@ fn a_moved_replayed_from_a_third_address_or_late_from_an_old_one_moves_nothing()
         assert_eq!(net.host(server()).stats().address_changes, 2, "{mode:?}");
     }
 }
+
+/// Unknown paths are not authenticated (no connection keys them): a flood of them forged
+/// from the server's address makes the client answer at most one moved a round trip, to
+/// its server, and the server, hearing a moved from the address the connection already
+/// has, changes nothing.
+#[test]
+fn forged_unknown_paths_cost_one_moved_a_round_trip_and_move_nothing() {
+    use porous_proto::wire::{Control, Key, PathCookie};
+    for mode in Mode::BOTH {
+        let (mut net, c, s, public) = connected(mode, 6);
+        exchange(&mut net, (c, s), 200 * MS);
+        net.drain_tap().for_each(drop);
+        let mut forged = Vec::new();
+        Control::UnknownPath(PathCookie([0x5A; 8])).encode(Key::version(), &mut forged);
+        let forged = Bytes::from(forged);
+        // 40 of them over 40 ms: under a round trip (50 ms).
+        for _ in 0..40 {
+            net.inject(server(), public, forged.clone());
+            net.run_for(MS, |_| {});
+        }
+        let (at_client, at_server) = exchange(&mut net, (c, s), 300 * MS);
+        let moved = net.drain_tap().filter(|r| r.from == public && r.payload[0] == 0x8B).count();
+        assert!((1..=2).contains(&moved), "{mode:?}: {moved} moved datagrams for 40 unknown paths");
+        assert!(!at_server.iter().any(|e| matches!(e, Event::AddressChanged { .. })), "{mode:?}: {at_server:?}");
+        assert_eq!(net.host(server()).remote_addr(s), Some(public), "{mode:?}");
+        assert_eq!((received(&at_client), received(&at_server)), (1, 1), "{mode:?}");
+        assert_eq!(net.host(server()).stats().address_changes, 0, "{mode:?}");
+    }
+}

@@ -880,11 +880,11 @@ impl Peer {
     /// path can make this side send no more than that).
     pub(crate) fn on_unknown_path(&mut self, now: Time, cookie: PathCookie, out: &mut Outputs) {
         let pace = self.state.session().map_or(self.settings.config.connect_retry, |s| s.transfer.rtt());
+        let (State::Connected { conn, .. } | State::Disconnecting { conn, .. }) = &mut self.state else { return };
         let path = self.path.get_or_insert_with(Box::default);
         if path.moved_sent.is_some_and(|t| now.saturating_duration_since(t) < pace) {
             return;
         }
-        let (State::Connected { conn, .. } | State::Disconnecting { conn, .. }) = &mut self.state else { return };
         path.moved_sent = Some(now);
         let id = conn.remote_nonce;
         send_connection(out, self.remote, &Control::Moved { id, cookie }, Some(conn));
@@ -1320,6 +1320,7 @@ impl Peer {
     pub(crate) fn memory(&self) -> usize {
         size_of::<Self>()
             + self.keys.memory()
+            + self.path.as_ref().map_or(0, |_| size_of::<Path>())
             + match &self.state {
                 State::Connecting(h) => h.memory(),
                 State::Connected { session, conn, .. } => session.heap() + conn.memory(),
