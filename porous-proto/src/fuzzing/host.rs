@@ -336,15 +336,16 @@ impl Caps {
     }
 }
 
-/// A stranger's view of its handshake with the server, and the bytes each way until it
-/// proves it receives (by acknowledging the server's reply).
+/// A stranger's view of its handshake with the server, and the bytes each way, per host
+/// (indexed by [`Side::index`]), until it proves it receives (by acknowledging the
+/// server's reply; it never does to the client, which takes no requests from it).
 #[derive(Clone, Debug, Default)]
 struct Stranger {
     request: Option<ConnectRequest>,
     reply: Option<Control<'static>>,
     proven: bool,
-    bytes_in: usize,
-    bytes_out: usize,
+    bytes_in: [usize; 2],
+    bytes_out: [usize; 2],
     /// Secure mode: the token its requests carry, and how many it sent with it.
     token: Option<(ConnectToken, u32)>,
 }
@@ -514,10 +515,8 @@ impl World {
                 let from = stranger.map_or(to.other().addr(), stranger_addr);
                 let bytes = bytes.get(..1500).unwrap_or(bytes);
                 // `stranger_addr` takes the index modulo STRANGERS, and so does this.
-                if *to == Side::Server
-                    && let Some(st) = stranger.and_then(|i| self.strangers.get_mut(usize::from(i % STRANGERS)))
-                {
-                    st.bytes_in += bytes.len();
+                if let Some(st) = stranger.and_then(|i| self.strangers.get_mut(usize::from(i % STRANGERS))) {
+                    st.bytes_in[to.index()] += bytes.len();
                 }
                 let now = self.now();
                 self.host(*to).handle_datagram(now, from, bytes);
@@ -728,7 +727,7 @@ impl World {
 
     fn stranger_to_server(&mut self, i: u8, datagram: &[u8]) {
         if let Some(st) = self.strangers.get_mut(usize::from(i)) {
-            st.bytes_in += datagram.len();
+            st.bytes_in[Side::Server.index()] += datagram.len();
         }
         let now = self.now();
         self.host(Side::Server).handle_datagram(now, stranger_addr(i), datagram);
@@ -992,13 +991,16 @@ fn route(net: &mut Network, sender: &Host, from: Side, secure: bool, strangers: 
     }
     if let Some(i) = (0..STRANGERS).find(|&i| stranger_addr(i) == to) {
         let st = &mut strangers[usize::from(i)];
-        if !st.proven {
-            st.bytes_out += payload.len();
+        // A stranger proves it receives only to the server (whose requests it answers);
+        // to the client (an unknown path answers what it sent) it never does.
+        if !st.proven || from == Side::Client {
+            let side = from.index();
+            st.bytes_out[side] += payload.len();
             assert!(
-                st.bytes_out <= st.bytes_in,
-                "{} bytes sent to {to}, which sent {} and has not proven it receives",
-                st.bytes_out,
-                st.bytes_in
+                st.bytes_out[side] <= st.bytes_in[side],
+                "{} bytes sent to {to} by the {from:?}, which it sent {} and has not proven it receives",
+                st.bytes_out[side],
+                st.bytes_in[side]
             );
         }
         let reply = match (&st.token, st.request) {
