@@ -169,6 +169,9 @@ fn the_layout_reader_sees_what_the_document_says() {
 mod scenario;
 
 #[cfg(feature = "tshark")]
+mod support;
+
+#[cfg(feature = "tshark")]
 mod tshark {
     use std::collections::BTreeMap;
     use std::net::SocketAddr;
@@ -341,6 +344,81 @@ mod tshark {
             out.push(row);
         }
         out
+    }
+
+    /// A client behind a NAT moves to another public IP mid-stream, in `mode`: the tap's
+    /// records (the server's unknown paths and the client's moved among them).
+    fn moved_capture(mode: super::support::Mode) -> Vec<TapRecord> {
+        use porous_proto::sim::{LinkConditions, Nat, NatKind, Network};
+        use porous_proto::{HostConfig, SendMode};
+        use std::time::Duration;
+        let (server, client): (SocketAddr, SocketAddr) =
+            ("10.0.0.1:7000".parse().unwrap(), "192.168.1.2:5000".parse().unwrap());
+        let ms = Duration::from_millis(1);
+        let mut net = Network::new(1);
+        net.set_default_link(LinkConditions::perfect(25 * ms));
+        let start = net.now();
+        net.add_host(server, mode.server(HostConfig::default(), server, start)).unwrap();
+        net.add_host(client, mode.client(HostConfig::default())).unwrap();
+        net.set_nat(client, Some(Nat::new("203.0.113.7".parse().unwrap(), NatKind::AddressDependent)));
+        net.enable_tap();
+        let token = mode.token(1, server, Duration::ZERO, Duration::from_secs(10));
+        let now = net.now();
+        let peer = match &token {
+            Some(t) => net.host_mut(client).connect_with_token(now, server, t).unwrap(),
+            None => net.host_mut(client).connect(now, server).unwrap(),
+        };
+        net.run_for(300 * ms, |net| while net.poll_event(server).is_some() {});
+        net.set_nat(client, Some(Nat::new("198.51.100.20".parse().unwrap(), NatKind::AddressDependent)));
+        for _ in 0..10 {
+            net.host_mut(client).send(peer, 0, &b"a message from the new network"[..], SendMode::Reliable).unwrap();
+            net.run_for(20 * ms, |net| while net.poll_event(server).is_some() {});
+        }
+        net.drain_tap().collect()
+    }
+
+    /// The dissector reads the two datagrams of a move to another IP in both modes: the
+    /// server's unknown paths (never sealed), and the client's moved with the id and the
+    /// cookie where porous-proto puts them (plain, and sealed with them in the clear).
+    #[test]
+    fn tshark_reads_an_unknown_path_and_a_moved_in_both_modes() {
+        for mode in super::support::Mode::BOTH {
+            let records = moved_capture(mode);
+            let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dissector-moved-{mode:?}.pcapng"));
+            let file = std::fs::File::create(&path).expect("create the capture");
+            scenario::write_capture(&records, std::io::BufWriter::new(file)).expect("write the capture");
+            let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/../tools/wireshark/porous.lua");
+            let script = format!("lua_script:{lua}");
+            let path = path.to_str().expect("a UTF-8 path");
+            let args =
+                ["-n", "-X", &script, "-o", "porous.ports:7000", "-r", path, "-T", "fields", "-E", "separator=/t"];
+            let fields =
+                ["-e", "porous.type", "-e", "porous.path.id", "-e", "porous.path.cookie", "-e", "_ws.malformed"];
+            let printed = tshark(&[&args[..], &fields[..]].concat());
+            let rows: Vec<Vec<&str>> = printed.lines().map(|l| l.split('\t').collect()).collect();
+            assert_eq!(rows.len(), records.len(), "{mode:?}: one packet for every datagram");
+            let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+            let (mut unknown, mut moved) = (0, 0);
+            for (row, r) in rows.iter().zip(&records) {
+                assert!(row.get(3).is_none_or(|m| m.is_empty()), "{mode:?}: malformed: {row:?}");
+                match r.payload[0] {
+                    0x8A => {
+                        unknown += 1;
+                        assert_eq!(row[0], "0x8a", "{mode:?}: {row:?}");
+                        assert_eq!(row[2], hex(&r.payload[1..9]), "{mode:?}: the cookie");
+                    }
+                    0x8B => {
+                        moved += 1;
+                        assert_eq!(row[0], "0x8b", "{mode:?}: {row:?}");
+                        let id = u32::from_le_bytes(r.payload[1..5].try_into().unwrap());
+                        assert_eq!(row[1], format!("0x{id:08x}"), "{mode:?}: the id");
+                        assert_eq!(row[2], hex(&r.payload[5..13]), "{mode:?}: the cookie");
+                    }
+                    _ => {}
+                }
+            }
+            assert!(unknown >= 1 && moved >= 1, "{mode:?}: {unknown} unknown paths, {moved} moved");
+        }
     }
 
     fn tshark(args: &[&str]) -> String {
