@@ -458,7 +458,8 @@ pub enum ConfigError {
     ChannelCount(usize),
     /// `mtu` outside 128..=65507.
     Mtu(usize),
-    /// `max_packet_size` is 0 or needs more fragments than the protocol allows at this MTU.
+    /// `max_packet_size` is 0 or spans more granules than the protocol allows at this MTU
+    /// ([`crate::wire::max_packet`]).
     #[non_exhaustive]
     MaxPacketSize {
         /// The configured value.

@@ -57,8 +57,7 @@ impl PeerConfig {
         if self.max_mtu > MAX_MTU {
             return Err(ConfigError::Mtu(self.max_mtu));
         }
-        let max = wire::fragment_payload(self.mtu) * wire::MAX_FRAGMENTS as usize;
-        let max = max.min(u32::MAX as usize);
+        let max = wire::max_packet(self.mtu);
         if self.max_packet_size == 0 || self.max_packet_size > max {
             return Err(ConfigError::MaxPacketSize { size: self.max_packet_size, max });
         }
@@ -142,7 +141,11 @@ impl MemoryBound {
         let queued: usize = cfg.channels.iter().map(|c| c.max_queued_bytes).sum();
         // Datagrams as large as discovery may make them.
         let mtu = cfg.mtu.max(cfg.max_mtu);
-        let packet = cfg.max_packet_size + mtu + ENTRY_OVERHEAD;
+        // A fragmented packet reserves whole granules and a bitmap of them (the granule
+        // of a sealed connection, whose datagrams lose the seal's bytes, at most that).
+        let granule = wire::granule_of(wire::fragment_payload(cfg.mtu).saturating_sub(wire::secure::SEAL_EXTRA));
+        let bitmap = cfg.max_packet_size.div_ceil(granule).div_ceil(64) * size_of::<u64>();
+        let packet = cfg.max_packet_size + mtu + bitmap + ENTRY_OVERHEAD;
         let reassembly = cfg.max_reassembly_bytes + channels * (3 * packet + mtu);
         // Entries holding data are charged their slots (twice over) within `reassembly`;
         // sentinel-only entries are not (at most N_Q / M per channel), nor the markers of

@@ -72,6 +72,10 @@ pub struct TransferStats {
     /// above the negotiated size lost in a row), so the size fell back to the negotiated
     /// one and a new search began.
     pub black_holes: u64,
+    /// Messages cut at a granule to fit the datagram size in use: cut for a larger size
+    /// that path MTU discovery has since given up (a black hole), when they were queued or
+    /// when the frame carrying them was lost.
+    pub messages_cut: u64,
 }
 
 /// What a congestion controller is doing.

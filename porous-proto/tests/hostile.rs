@@ -161,6 +161,21 @@ impl Expand for ServerIds {
     }
 }
 
+/// The granule of a connection at 1,200 bytes (73), and the payload of a full fragment
+/// there (16 granules): fragment indices and counts are in granules.
+fn granule() -> usize {
+    porous_proto::wire::granule(1200)
+}
+
+fn full_fragment() -> usize {
+    porous_proto::wire::fragment_cut(1200, granule())
+}
+
+/// What a fragmented packet of `count` granules reserves: its granules and their bitmap.
+fn reserved(count: usize) -> usize {
+    count * granule() + count.div_ceil(64) * 8
+}
+
 fn fragment<'a>(id: u32, mode: SendMode, index: u32, count: u32, payload: &'a [u8]) -> Message<'a> {
     Message {
         kind: MessageKind::Fragment(mode),
@@ -421,14 +436,15 @@ fn endless_unfinished_fragments_stay_within_the_reassembly_cap() {
     let client = addr(6, 6, 6);
     let mut hostile = Hostile::connect(&mut host, t0, client, request(31));
     let peer = host.peer_by_addr(client).unwrap();
-    let chunk = vec![7u8; porous_proto::wire::fragment_payload(1200)];
+    let chunk = vec![7u8; full_fragment()];
     let mut worst = 0;
     let mut refused_before = 0;
     // 30,000 first fragments of packets that never complete, in every mode, each
-    // claiming 40 fragments.
+    // claiming 40 fragments (640 granules).
+    let count = 40 * 16;
     for id in 0..30_000u32 {
         let mode = [SendMode::Unreliable, SendMode::Reliable, SendMode::Passive][id as usize % 3];
-        let f = hostile.frame(&[fragment(id % 60_000, mode, 0, 40, &chunk)], &[], None);
+        let f = hostile.frame(&[fragment(id % 60_000, mode, 0, count, &chunk)], &[], None);
         host.handle_datagram(t0 + id * Duration::from_micros(100), client, &f);
         if id % 1000 == 0 {
             let s = host.peer_stats(peer).unwrap();
@@ -438,7 +454,7 @@ fn endless_unfinished_fragments_stay_within_the_reassembly_cap() {
     }
     let s = host.peer_stats(peer).unwrap();
     worst = worst.max(s.reassembly_bytes);
-    let bound = 256 * 1024 + 4 * 3 * (40 * 1172 + 200);
+    let bound = 256 * 1024 + 4 * 3 * (reserved(count as usize) + 200);
     eprintln!(
         "unfinished fragments: reassembly peaked at {worst} bytes (bound {bound}), {} frames held back",
         s.frames_refused
@@ -609,11 +625,11 @@ fn many_peers_at_once_stay_within_the_peer_cap() {
 fn frames_packed_around_progress_stay_within_the_reassembly_cap() {
     let cap = 256 * 1024;
     let max_packet: usize = 64 * 1024;
-    let chunk = porous_proto::wire::fragment_payload(1200);
-    let count = max_packet.div_ceil(chunk) as u32;
+    let chunk = full_fragment();
+    let count = max_packet.div_ceil(granule()) as u32;
     // Per channel, at most three packets beyond the cap (see the channel docs), and
     // transiently one datagram.
-    let bound = cap + 4 * (3 * (count as usize * chunk + 200) + 1300);
+    let bound = cap + 4 * (3 * (reserved(count as usize) + 200) + 1300);
     let payload = vec![5u8; chunk];
     for attack in ["carried by progress", "every packet a head", "every packet the front", "whole but blocked"] {
         let t0 = Instant::now();
@@ -839,8 +855,8 @@ fn an_unordered_channel_stays_within_its_bounds_whatever_a_hostile_sender_number
     let t0 = Instant::now();
     let cap = 256 * 1024;
     let max_packet: usize = 64 * 1024;
-    let chunk = porous_proto::wire::fragment_payload(1200);
-    let count = max_packet.div_ceil(chunk) as u32;
+    let chunk = full_fragment();
+    let count = max_packet.div_ceil(granule()) as u32;
     let mut config = HostConfig::default();
     config.peer.channels[0] = porous_proto::ChannelConfig::unordered();
     config.peer.max_reassembly_bytes = cap;
@@ -885,7 +901,7 @@ fn an_unordered_channel_stays_within_its_bounds_whatever_a_hostile_sender_number
     let mut hostile = Hostile::connect(&mut host, t0, client, req);
     let peer = host.peer_by_addr(client).unwrap();
     let payload = vec![5u8; chunk];
-    let bound = cap + 4 * (3 * (count as usize * chunk + 200) + 1300);
+    let bound = cap + 4 * (3 * (reserved(count as usize) + 200) + 1300);
     let mut worst = 0;
     for round in 0..1500u32 {
         let f = hostile.frame(

@@ -16,7 +16,7 @@ use porous_proto::sim::{LinkConditions, Network, TapRecord};
 use porous_proto::wire::secure::{SEAL_EXTRA, SecretKey};
 use porous_proto::wire::{
     AckRange, ConnectRequest, Control, Data, DataHeader, DataWriter, Expand, Fragment, Key, Message, MessageKind,
-    SendMode, fragment_payload,
+    SendMode, fragment_cut, granule,
 };
 use porous_proto::{Event, HostConfig, PeerId};
 
@@ -67,9 +67,11 @@ struct Row {
 }
 
 fn rows() -> Vec<Row> {
-    let mut plain = rows_with(datagram, fragment_payload(1200));
+    // A full fragment: the most whole granules that fit beside the largest header.
+    let full = |mtu| fragment_cut(mtu, granule(mtu));
+    let mut plain = rows_with(datagram, full(1200));
     // Secure mode's fragments are smaller by what sealing adds, so they fit the same MTU.
-    let secure = rows_with(sealed, fragment_payload(1200 - SEAL_EXTRA));
+    let secure = rows_with(sealed, full(1200 - SEAL_EXTRA));
     for (p, s) in plain.iter_mut().zip(secure) {
         (p.sealed, p.sealed_payload) = (s.bytes, s.payload);
     }
@@ -89,7 +91,8 @@ fn rows_with(datagram: fn(DataHeader<'_>, &[Message<'_>]) -> Vec<u8>, fragment: 
         Message { kind: MessageKind::Fragment(SendMode::Unreliable), dependency: 0, ..reliable(0, 0x05_0001) };
     let unreliable = datagram(frame(0x2A), &[unreliable]);
     let big = vec![0u8; fragment];
-    let frag = Message { fragment: Fragment { index: 3, count: 10 }, payload: &big, ..reliable(0, 0x05_0001) };
+    // The fourth of an 8,000-byte packet's fragments: granules 48 to 63 of 110.
+    let frag = Message { fragment: Fragment { index: 48, count: 110 }, payload: &big, ..reliable(0, 0x05_0001) };
     let frag = datagram(frame(0x2A), &[frag]);
     let ping = datagram(DataHeader { ping: Some(1), ..Default::default() }, &[]);
     vec![
@@ -137,7 +140,7 @@ fn rows_with(datagram: fn(DataHeader<'_>, &[Message<'_>]) -> Vec<u8>, fragment: 
         },
         Row { what: "ping alone", payload: 0, bytes: ping.len(), sealed: 0, sealed_payload: 0 },
         Row {
-            what: "one full fragment of a large packet (MTU 1200)",
+            what: "one full fragment of an 8,000-byte packet (MTU 1200)",
             payload: big.len(),
             bytes: frag.len(),
             sealed: 0,

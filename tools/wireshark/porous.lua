@@ -20,7 +20,8 @@
 --
 -- What it shows: the type byte's flags; the handshake's every field; a data datagram's
 -- frame id, pings, acknowledgement ranges and delay, and each message's kind, channel,
--- packet id, dependency, fragment index and count, length and payload. Truncated ids
+-- packet id, dependency, fragment index and count (in granules: the first granule the
+-- payload covers, and the packet's length in granules), length and payload. Truncated ids
 -- (frame ids, the newest acknowledged id, 16-bit packet ids) are shown as sent and
 -- expanded to their full values, as the receiver does: from the ids of the same
 -- direction seen before (the handshake gives the first ones). The check is verified
@@ -197,7 +198,7 @@ local TAG_LEN = 16
 local SEALED_REQUEST_SIZE = 128
 local MAX_REQUEST_BODY = 160
 local ACK_DELAY_UNIT_US = 32
-local MAX_FRAGMENTS = 65536
+local MAX_GRANULES = 2097152
 local PACKET_WINDOW = 65536
 local FRAME_WINDOW = 65536
 local TWO32 = 4294967296
@@ -271,8 +272,8 @@ local f = {
   msg_id = ProtoField.uint32("porous.msg.id", "Packet id"),
   msg_id_sent = ProtoField.uint32("porous.msg.id.sent", "Packet id as sent", base.HEX),
   msg_dependency = ProtoField.uint32("porous.msg.dependency", "Dependency (distance back)"),
-  msg_frag_index = ProtoField.uint32("porous.msg.fragment.index", "Fragment index"),
-  msg_frag_count = ProtoField.uint32("porous.msg.fragment.count", "Fragment count"),
+  msg_frag_index = ProtoField.uint32("porous.msg.fragment.index", "Fragment index (first granule)"),
+  msg_frag_count = ProtoField.uint32("porous.msg.fragment.count", "Fragment count (granules of the packet)"),
   msg_length = ProtoField.uint32("porous.msg.length", "Length"),
   msg_payload = ProtoField.bytes("porous.msg.payload", "Payload"),
   -- check
@@ -728,7 +729,7 @@ local function read_messages(r, tree, ids, piece, summary, seen)
         irange, index = r:varint("fragment index")
         crange, fcount = r:varint("count - 2")
         fcount = fcount + 2
-        if fcount > MAX_FRAGMENTS then bad("fragment count out of range") end
+        if fcount > MAX_GRANULES then bad("fragment count out of range") end
         if index >= fcount then bad("fragment index out of range") end
         m:add(f.msg_frag_index, irange, index)
         m:add(f.msg_frag_count, crange, fcount)
@@ -749,7 +750,7 @@ local function read_messages(r, tree, ids, piece, summary, seen)
     end
     m:set_len(r.pos - start)
     local label = string.format("%s ch%d #%d", kind, channel, id)
-    if fcount > 1 then label = label .. string.format(" [%d/%d]", index + 1, fcount) end
+    if fcount > 1 then label = label .. string.format(" [granule %d of %d]", index, fcount) end
     if kind_bits < 3 then label = label .. " (" .. len .. " B)" end
     m:append_text(": " .. label)
     if kind ~= "window ack" then

@@ -306,7 +306,7 @@ impl ChannelReceiver {
             // Refused as violations on an unordered channel: nothing to store.
             (MessageKind::Fragment(mode), _) if self.unordered && mode != SendMode::Reliable => 0,
             (MessageKind::Fragment(_), Some(e)) if !matches!(e.body, EntryData::Empty) => 0,
-            (MessageKind::Fragment(_), _) => charge(m, self.fragment_size()),
+            (MessageKind::Fragment(_), _) => charge(m, self.granule()),
         }
     }
 
@@ -393,9 +393,10 @@ fn evict_entry(e: &mut Entry, attached: &mut usize) -> usize {
 }
 
 /// Budget bytes an entry holding the packet of fragment `m` is charged: the entry, and the
-/// packet (a fragmented one's whole reassembly buffer and bitmap, reserved up front).
-pub(super) fn charge(m: &Message<'_>, fragment_size: usize) -> usize {
+/// packet (a fragmented one's whole reassembly buffer, `count` granules, and its bitmap of
+/// them, reserved up front).
+pub(super) fn charge(m: &Message<'_>, granule: usize) -> usize {
     let count = m.fragment.count as usize;
-    let data = if count > 1 { count * fragment_size + count.div_ceil(64) * 8 } else { m.payload.len() };
+    let data = if count > 1 { count * granule + count.div_ceil(64) * 8 } else { m.payload.len() };
     ENTRY_OVERHEAD + data
 }

@@ -63,6 +63,9 @@ impl Default for ChannelParams {
 /// Where a channel's sending half puts its messages: the transfer layer, or a test.
 pub(crate) trait MessageSink {
     fn enqueue(&mut self, priority: Priority, m: OutMessage);
+    /// Payload bytes of a fragment of the datagram size in use now (path MTU discovery
+    /// may have grown it from the negotiated one): packets are cut for it when numbered.
+    fn fragment_room(&self) -> usize;
     /// Bytes of `channel`'s messages queued or in flight.
     fn queued_bytes(&self, channel: u8) -> usize;
     /// Drops queued unsent unreliable packets of `channel`, oldest first, to free `need`
@@ -75,6 +78,10 @@ pub(crate) trait MessageSink {
 impl MessageSink for Transfer {
     fn enqueue(&mut self, priority: Priority, m: OutMessage) {
         Self::enqueue(self, priority, m);
+    }
+
+    fn fragment_room(&self) -> usize {
+        crate::wire::fragment_payload(self.current_mtu())
     }
 
     fn queued_bytes(&self, channel: u8) -> usize {
@@ -95,7 +102,8 @@ impl MessageSink for Transfer {
 pub(crate) enum Violation {
     /// A fragment disagreeing with earlier ones of its packet (count, mode, dependency).
     Inconsistent,
-    /// A fragment of the wrong size for its position.
+    /// A fragment whose granules do not fit its packet: empty, passing the packet's end,
+    /// or not a whole number of granules though it does not end the packet.
     BadFragment,
     /// A packet larger than this side accepts.
     TooLarge,
@@ -152,7 +160,7 @@ impl Channel {
     pub(crate) fn send(&mut self, packet: Packet, cap: usize, sink: &mut impl MessageSink) -> Result<Sent, Refused> {
         let cost = self.send.cost(packet.data.len());
         if cost > cap {
-            return Err(Refused::NeverFits { max: largest_fitting(cap, self.send.fragment_size()) });
+            return Err(Refused::NeverFits { max: largest_fitting(cap, self.send.base_cut()) });
         }
         let mut sent = Sent::default();
         if packet.mode == SendMode::Unreliable && self.send.latest_only() {
@@ -221,7 +229,10 @@ impl Shared {
     /// packet, a weight the send lanes can hold, a positive unreliable deadline. Part of
     /// [`PeerConfig::validate`], which has checked the `mtu` and `max_packet_size` first.
     pub(crate) fn check(config: &PeerConfig) -> Result<(), ConfigError> {
-        let need = packet_cost(config.max_packet_size, crate::wire::fragment_payload(config.mtu));
+        let need = packet_cost(
+            config.max_packet_size,
+            crate::wire::fragment_cut(config.mtu, crate::wire::granule(config.mtu)),
+        );
         if let Some(i) = config.channels.iter().position(|c| c.max_queued_bytes < need) {
             return Err(ConfigError::ChannelQueue {
                 channel: i,

@@ -30,6 +30,16 @@
 //! every packet is reliable, so `m_b` always catches up and window acknowledgements keep
 //! the sender's window moving.
 //!
+//! Reassembly: a fragment's index and count are in granules of the connection (a 16th of
+//! a fragment of the negotiated size, [`crate::wire::granule`]), so fragments cut for a
+//! datagram size path MTU discovery grew, and the smaller pieces a resend is cut into
+//! after a black hole, reassemble alike: a fragmented packet reserves `count` granules
+//! when its first fragment arrives, and a bitmap notes the granules received. Fragments
+//! may overlap (a resend cut differently, a late copy of the whole packet); a granule
+//! counts once. A fragment that is empty, passes the packet's end, or is not a whole
+//! number of granules though it does not end the packet is a violation; so is one whose
+//! count, mode, dependency or end of packet disagrees with what came before.
+//!
 //! Memory: every entry holding data is charged to the peer's reassembly [`Budget`];
 //! entries holding only a sentinel are not (there are at most N_Q / M of them in a
 //! window). Admission ([`ChannelReceiver::admission`]) lets through, whatever the budget,
@@ -57,7 +67,7 @@ use bytes::{Bytes, BytesMut};
 use super::admission::{Budget, charge};
 use super::{ChannelParams, Violation};
 use crate::seq::SeqSpace;
-use crate::wire::{Message, MessageKind, SendMode};
+use crate::wire::{Fragment, Message, MessageKind, SendMode};
 
 /// Heap bytes of one receive queue slot.
 pub(crate) const ENTRY_SIZE: usize = size_of::<Entry>();
@@ -68,8 +78,9 @@ pub(super) enum EntryData {
     Empty,
     /// An unfragmented packet; `detached` once it no longer shares a datagram buffer.
     Whole { data: Bytes, detached: bool },
-    /// A fragmented packet being reassembled into `buf` (`count` slots of the fragment
-    /// size); `len` is known once the last fragment arrives.
+    /// A fragmented packet being reassembled into `buf` (`count` granules); `have` marks
+    /// the granules received, `received` counts them; `len` is known once a fragment
+    /// that ends the packet arrives.
     Parts { count: u32, received: u32, have: Vec<u64>, buf: BytesMut, len: Option<usize> },
     /// Data dropped to stay within the memory budget; never completes.
     Evicted,
@@ -173,12 +184,13 @@ impl Delivered {
 #[derive(Debug)]
 pub(crate) struct ChannelReceiver {
     pub(super) params: ChannelParams,
-    /// Payload bytes of a fragment (at most a datagram: a `u32`, so the receiver is 8
-    /// bytes smaller than with a `usize`); [`ChannelReceiver::fragment_size`] reads it.
+    /// Payload bytes of a fragment at the negotiated datagram size (at most a datagram: a
+    /// `u32`, so the receiver is 8 bytes smaller than with a `usize`); the granule
+    /// ([`ChannelReceiver::granule`]) is a 16th of it.
     fragment: u32,
-    /// Largest packet accepted, and the fragments that can make it.
+    /// Largest packet accepted, and the granules that can make it.
     pub(super) max_packet: usize,
-    pub(super) max_fragments: u32,
+    pub(super) max_granules: u32,
     /// `m_b`, the next packet expected.
     pub(super) base: u32,
     /// Budget bytes the entries hold.
@@ -198,12 +210,13 @@ pub(crate) struct ChannelReceiver {
 
 impl ChannelReceiver {
     pub(crate) fn new(params: ChannelParams, fragment_size: usize, max_packet: usize, first_id: u32) -> Self {
-        let max_fragments = max_packet.div_ceil(fragment_size).clamp(1, crate::wire::MAX_FRAGMENTS as usize);
+        let granule = crate::wire::granule_of(fragment_size);
+        let max_granules = max_packet.div_ceil(granule).clamp(1, crate::wire::MAX_GRANULES as usize);
         Self {
             params,
             fragment: u32::try_from(fragment_size).unwrap_or(u32::MAX),
             max_packet,
-            max_fragments: max_fragments as u32,
+            max_granules: max_granules as u32,
             base: first_id,
             charged: 0,
             queue: VecDeque::new(),
@@ -215,9 +228,9 @@ impl ChannelReceiver {
         }
     }
 
-    /// Payload bytes of a fragment.
-    pub(super) fn fragment_size(&self) -> usize {
-        self.fragment as usize
+    /// The connection's granule: the unit of fragment indices and counts.
+    pub(super) fn granule(&self) -> usize {
+        crate::wire::granule_of(self.fragment as usize)
     }
 
     /// Makes the channel unordered (see the module docs).
@@ -354,10 +367,10 @@ impl ChannelReceiver {
                 i
             }
         };
-        let fragment_size = self.fragment_size();
+        let granule = self.granule();
         let Some(e) = self.queue.get_mut(i) else { return Ok(true) };
         let before = e.charged;
-        let stored = store(e, m, mode, payload, fragment_size);
+        let stored = store(e, m, mode, payload, granule);
         let after = e.charged;
         budget.charge(after - before);
         self.charged += after - before;
@@ -367,26 +380,27 @@ impl ChannelReceiver {
         Ok(true)
     }
 
-    fn check_fragment(&self, m: &Message<'_>) -> Result<(), Violation> {
+    /// Checks a fragment's geometry on its own: an unfragmented packet no larger than this
+    /// side accepts; a fragment covering whole granules inside its packet (all but one
+    /// that ends the packet), of a packet no larger than this side accepts.
+    pub(super) fn check_fragment(&self, m: &Message<'_>) -> Result<(), Violation> {
         let len = m.payload.len();
         let f = m.fragment;
-        if f.count > self.max_fragments {
+        if f.count == 1 {
+            return if len > self.max_packet { Err(Violation::TooLarge) } else { Ok(()) };
+        }
+        if f.count > self.max_granules {
             return Err(Violation::TooLarge);
         }
-        let last = f.index + 1 == f.count;
-        let ok = if f.count == 1 {
-            len <= self.fragment_size()
-        } else if last {
-            (1..=self.fragment_size()).contains(&len)
-        } else {
-            len == self.fragment_size()
-        };
-        if !ok {
+        let granule = self.granule();
+        let end = u64::from(f.index) + len.div_ceil(granule) as u64;
+        let last = end == u64::from(f.count);
+        if len == 0 || end > u64::from(f.count) || !last && !len.is_multiple_of(granule) {
             return Err(Violation::BadFragment);
         }
-        // The count bounds every packet to the next whole fragment; the last fragment (or
-        // the only one) gives the exact size, which must not exceed the limit either.
-        if last && (f.count as usize - 1) * self.fragment_size() + len > self.max_packet {
+        // The count bounds every packet to the next whole granule; a fragment that ends
+        // the packet gives the exact size, which must not exceed the limit either.
+        if last && f.index as usize * granule + len > self.max_packet {
             return Err(Violation::TooLarge);
         }
         Ok(())
@@ -520,7 +534,7 @@ fn store(
     m: &Message<'_>,
     mode: Option<SendMode>,
     payload: Bytes,
-    fragment_size: usize,
+    granule: usize,
 ) -> Result<bool, Violation> {
     if e.dependency != m.dependency {
         return Err(Violation::Inconsistent);
@@ -541,7 +555,7 @@ fn store(
     match &mut e.body {
         EntryData::Evicted => Ok(false),
         body @ EntryData::Empty => {
-            e.charged += charge(m, fragment_size);
+            e.charged += charge(m, granule);
             if m.fragment.count == 1 {
                 *body = EntryData::Whole { data: payload, detached: false };
                 return Ok(true);
@@ -551,44 +565,63 @@ fn store(
                 count,
                 received: 0,
                 have: vec![0; count.div_ceil(64) as usize],
-                buf: BytesMut::zeroed(count as usize * fragment_size),
+                buf: BytesMut::zeroed(count as usize * granule),
                 len: None,
             };
-            store_fragment(&mut parts, m, &payload, fragment_size)?;
+            store_fragment(&mut parts, m.fragment, &payload, granule)?;
             *body = parts;
             Ok(false)
         }
-        EntryData::Whole { .. } => match m.fragment.count {
-            1 => Ok(false), // a duplicate
-            _ => Err(Violation::Inconsistent),
-        },
-        parts @ EntryData::Parts { .. } => store_fragment(parts, m, &payload, fragment_size).map(|()| false),
+        EntryData::Whole { data, .. } => {
+            // A fragment of a packet that arrived whole (its resend was cut smaller after
+            // a black hole, and the original came after all): a duplicate if it agrees.
+            let f = m.fragment;
+            let ends = u64::from(f.index) + m.payload.len().div_ceil(granule) as u64 == u64::from(f.count);
+            let total = f.index as usize * granule + m.payload.len();
+            let agrees =
+                f.count == 1 || f.count as usize == data.len().div_ceil(granule) && (!ends || total == data.len());
+            if agrees { Ok(false) } else { Err(Violation::Inconsistent) }
+        }
+        parts @ EntryData::Parts { .. } => {
+            // A whole copy of a packet being reassembled covers all its granules.
+            let f = m.fragment;
+            let f =
+                if f.count == 1 { Fragment { index: 0, count: m.payload.len().div_ceil(granule) as u32 } } else { f };
+            store_fragment(parts, f, &payload, granule).map(|()| false)
+        }
     }
 }
 
-fn store_fragment(
-    body: &mut EntryData,
-    m: &Message<'_>,
-    payload: &[u8],
-    fragment_size: usize,
-) -> Result<(), Violation> {
+/// Stores a fragment covering granules `f.index..` of a packet being reassembled; granules
+/// already received are not counted again.
+fn store_fragment(body: &mut EntryData, f: Fragment, payload: &[u8], granule: usize) -> Result<(), Violation> {
     let EntryData::Parts { count, received, have, buf, len } = body else { return Ok(()) };
-    if m.fragment.count != *count {
+    if f.count != *count {
         return Err(Violation::Inconsistent);
     }
-    let index = m.fragment.index;
-    let (word, bit) = ((index / 64) as usize, 1u64 << (index % 64));
-    let Some(w) = have.get_mut(word) else { return Err(Violation::BadFragment) };
-    if *w & bit != 0 {
+    let first = f.index as usize;
+    let end = first + payload.len().div_ceil(granule);
+    let start = first * granule;
+    let total = start + payload.len();
+    if end == *count as usize && len.is_some_and(|l| l != total) {
+        // Two ends of the packet disagree on its length.
+        return Err(Violation::Inconsistent);
+    }
+    let Some(bits) = have.get_mut(first / 64..end.div_ceil(64)) else { return Err(Violation::BadFragment) };
+    let new = (first..end).filter(|&g| bits.get(g / 64 - first / 64).is_some_and(|w| w & (1 << (g % 64)) == 0)).count();
+    if new == 0 {
         return Ok(()); // a duplicate
     }
-    let start = index as usize * fragment_size;
-    let Some(dst) = buf.get_mut(start..start + payload.len()) else { return Err(Violation::BadFragment) };
+    let Some(dst) = buf.get_mut(start..total) else { return Err(Violation::BadFragment) };
     dst.copy_from_slice(payload);
-    *w |= bit;
-    *received += 1;
-    if index + 1 == *count {
-        *len = Some(start + payload.len());
+    for g in first..end {
+        if let Some(w) = bits.get_mut(g / 64 - first / 64) {
+            *w |= 1 << (g % 64);
+        }
+    }
+    *received += new as u32;
+    if end == *count as usize {
+        *len = Some(total);
     }
     Ok(())
 }

@@ -4,8 +4,10 @@
 //! `Q_t = [n_b, n_b + N_Q)`; packets that do not fit wait, unnumbered, until a window
 //! acknowledgement moves `n_b`. A packet depends on the previously sent reliable packet,
 //! written as the distance back to it, or 0 when there is none or the distance reaches
-//! N_Q (the window already orders such packets). Packets larger than one fragment are cut
-//! into fragments that share the caller's buffer. Unreliable packets whose id satisfies
+//! N_Q (the window already orders such packets). A packet larger than a fragment of the
+//! datagram size in use when it is numbered is cut into fragments of that size (whole
+//! granules, see [`crate::wire::granule`]) that share the caller's buffer; a smaller one
+//! travels whole, whatever its length against the negotiated size. Unreliable packets whose id satisfies
 //! `id mod M = M - 1` are followed by a reliable sentinel message with the same id and
 //! dependency. On an unordered channel every packet is reliable and depends on nothing:
 //! the receiver delivers each as soon as it is complete.
@@ -26,8 +28,9 @@ use crate::transfer::{OutMessage, Tag, stamped};
 use crate::wire::{Fragment, MessageKind, SendMode};
 
 /// What a packet of `len` bytes costs against its channel's queue limit once it is split
-/// into `fragment_size` messages (see `OutMessage::cost`); the same while it waits for
-/// window space.
+/// into `fragment_size` messages (see `OutMessage::cost`). At the negotiated fragment size
+/// (the most messages a packet is cut into when it is numbered), it is what a packet
+/// waiting for window space is charged, and what decides whether a packet can ever fit.
 pub(crate) fn packet_cost(len: usize, fragment_size: usize) -> usize {
     len + len.div_ceil(fragment_size).max(1) * MESSAGE_OVERHEAD
 }
@@ -58,8 +61,9 @@ pub(crate) struct ChannelSender {
     index: u8,
     priority: Priority,
     params: ChannelParams,
-    /// Payload bytes of a fragment (at most a datagram: a `u32`, so the sender is 8 bytes
-    /// smaller than with a `usize`).
+    /// Payload bytes of a fragment at the negotiated datagram size (at most a datagram: a
+    /// `u32`, so the sender is 8 bytes smaller than with a `usize`); the granule is a 16th
+    /// of it.
     fragment: u32,
     /// The id the next packet gets.
     next: u32,
@@ -143,24 +147,31 @@ impl ChannelSender {
         }
     }
 
-    /// Number of fragments a packet of `len` bytes is sent as.
-    pub(crate) fn fragments_for(&self, len: usize) -> usize {
-        len.div_ceil(self.fragment_size()).max(1)
-    }
-
     /// The priority all this channel's messages go at.
     pub(crate) fn priority(&self) -> Priority {
         self.priority
     }
 
-    /// Payload bytes of every fragment but the last.
+    /// Payload bytes of a fragment at the negotiated datagram size.
     pub(crate) fn fragment_size(&self) -> usize {
         self.fragment as usize
     }
 
-    /// What a packet of `len` bytes costs against the queue limit (see [`packet_cost`]).
+    /// The connection's granule (see [`crate::wire::granule`]).
+    pub(crate) fn granule(&self) -> usize {
+        crate::wire::granule_of(self.fragment_size())
+    }
+
+    /// Payload bytes of a fragment cut at the negotiated datagram size: its whole
+    /// granules (16).
+    pub(crate) fn base_cut(&self) -> usize {
+        (self.fragment_size() / self.granule()).max(1) * self.granule()
+    }
+
+    /// What a packet of `len` bytes costs against the queue limit at most, cut at the
+    /// negotiated size (see [`packet_cost`]).
     pub(crate) fn cost(&self, len: usize) -> usize {
-        packet_cost(len, self.fragment_size())
+        packet_cost(len, self.base_cut())
     }
 
     fn window_open(&self) -> bool {
@@ -188,7 +199,9 @@ impl ChannelSender {
         if mode == SendMode::Reliable {
             self.last_reliable = Some(id);
         }
-        let count = self.fragments_for(data.len());
+        let len = data.len();
+        // The size in use now, never below the negotiated one the receiver's limits count.
+        let room = sink.fragment_room().max(self.fragment_size());
         let message = |fragment, payload| OutMessage {
             kind: MessageKind::Fragment(mode),
             channel: self.index,
@@ -198,14 +211,17 @@ impl ChannelSender {
             payload,
             tag: deadline,
         };
-        if count == 1 {
+        if len <= room {
             // The caller's buffer itself: no slice, no reference count to touch.
             sink.enqueue(self.priority, message(Fragment::WHOLE, data));
         } else {
-            for index in 0..count {
-                let from = index * self.fragment_size();
-                let to = (from + self.fragment_size()).min(data.len());
-                let fragment = Fragment { index: index as u32, count: count as u32 };
+            // Whole granules per fragment, as many as the size in use holds.
+            let granule = self.granule();
+            let cut = (room / granule).max(1) * granule;
+            let count = len.div_ceil(granule) as u32;
+            for from in (0..len).step_by(cut) {
+                let to = (from + cut).min(len);
+                let fragment = Fragment { index: (from / granule) as u32, count };
                 sink.enqueue(self.priority, message(fragment, data.slice(from..to)));
             }
         }
@@ -272,10 +288,10 @@ impl ChannelSender {
     /// Returns the bytes and packets freed.
     pub(crate) fn drop_waiting_unreliable(&mut self, need: usize) -> (usize, usize) {
         let (mut freed, mut packets) = (0, 0);
-        let fragment_size = self.fragment_size();
+        let cut = self.base_cut();
         self.waiting.retain(|p| {
             if freed < need && p.mode == SendMode::Unreliable {
-                freed += packet_cost(p.data.len(), fragment_size);
+                freed += packet_cost(p.data.len(), cut);
                 packets += 1;
                 false
             } else {

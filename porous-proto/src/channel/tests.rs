@@ -10,18 +10,25 @@ use bytes::Bytes;
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 use super::admission::{Admission, EvictionTier};
+use super::recv::{Entry, EntryData};
 use super::*;
 use crate::seq::SeqSpace;
 use crate::sim::SplitMix64;
 use crate::transfer::MESSAGE_OVERHEAD;
 use crate::wire::{Fragment, Message, MessageKind, SendMode};
 
+/// The messages a sender queued; the second field is the fragment room of the datagram
+/// size in use (0: the negotiated size).
 #[derive(Default)]
-struct Capture(Vec<OutMessage>);
+struct Capture(Vec<OutMessage>, usize);
 
 impl MessageSink for Capture {
     fn enqueue(&mut self, _: Priority, m: OutMessage) {
         self.0.push(m);
+    }
+
+    fn fragment_room(&self) -> usize {
+        self.1
     }
 
     fn queued_bytes(&self, channel: u8) -> usize {
@@ -221,12 +228,15 @@ fn figure_9_sentinels_unblock_a_window_of_lost_unreliable_packets() {
 
 #[test]
 fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
-    let (mut s, mut r) = pair(ChannelParams::default(), 0xFF_FFFE, 10);
+    // 160-byte fragments at the negotiated size: 10-byte granules.
+    let (mut s, mut r) = pair(ChannelParams::default(), 0xFF_FFFE, 160);
     let mut budget = Budget::new(usize::MAX);
     let mut c = Capture::default();
-    let data = packet(7, 95);
+    let data = packet(7, 950);
     s.send(pk(data.clone(), SendMode::Reliable), &mut c);
-    assert_eq!(c.0.len(), 10);
+    assert_eq!(c.0.len(), 6);
+    let geometry: Vec<_> = c.0.iter().map(|m| (m.fragment.index, m.fragment.count, m.payload.len())).collect();
+    assert_eq!(geometry, [(0, 95, 160), (16, 95, 160), (32, 95, 160), (48, 95, 160), (64, 95, 160), (80, 95, 150)]);
     for m in c.0.iter().rev() {
         give(&mut r, &mut budget, m);
         give(&mut r, &mut budget, m); // duplicates are harmless
@@ -242,7 +252,7 @@ fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
     let bad = Message { id: 1, payload: &m.payload[..5], ..m.as_wire() };
     assert_eq!(r.on_message(&bad, Bytes::new(), &mut budget, false), Err(Violation::BadFragment));
     let huge = Message { id: 2, fragment: Fragment { index: 0, count: 60_000 }, ..m.as_wire() };
-    let mut small = ChannelReceiver::new(ChannelParams::default(), 10, 100, 0);
+    let mut small = ChannelReceiver::new(ChannelParams::default(), 160, 100, 0);
     assert_eq!(small.on_message(&huge, m.payload.clone(), &mut budget, false), Err(Violation::TooLarge));
     // Outside the window: stale, ignored.
     let far = Message { id: 0x40_0000, ..m.as_wire() };
@@ -251,7 +261,7 @@ fn fragments_reassemble_in_any_order_and_bad_ones_are_rejected() {
 
 #[test]
 fn packets_larger_than_the_limit_are_refused_to_the_byte() {
-    // A 25-byte limit with 10-byte fragments: 3 fragments at most, the last of 5 bytes.
+    // A 25-byte limit with 10-byte granules: 3 granules at most, the last of 5 bytes.
     let mut budget = Budget::new(usize::MAX);
     let whole = |len: usize| {
         let payload = vec![1u8; len];
@@ -270,7 +280,7 @@ fn packets_larger_than_the_limit_are_refused_to_the_byte() {
     assert_eq!(whole(8), (true, Ok(false)), "at the limit: delivered at once (then stale)");
     // One byte over the limit, though it fits a fragment: neither delivered nor stored.
     assert_eq!(whole(9), (false, Err(Violation::TooLarge)));
-    let mut r = ChannelReceiver::new(ChannelParams::default(), 10, 25, 0);
+    let mut r = ChannelReceiver::new(ChannelParams::default(), 160, 25, 0);
     let ten = [2u8; 10];
     let frag = |index, payload: &'static [u8]| Message {
         kind: MessageKind::Fragment(SendMode::Reliable),
@@ -293,21 +303,130 @@ fn packets_larger_than_the_limit_are_refused_to_the_byte() {
     assert_eq!(got, [25]);
 }
 
+/// A reliable message of packet `id` on channel 0 covering granules from `index` of a
+/// packet `count` granules long (1: unfragmented).
+fn piece(id: u32, index: u32, count: u32, payload: &[u8]) -> Message<'_> {
+    Message {
+        kind: MessageKind::Fragment(SendMode::Reliable),
+        channel: 0,
+        id,
+        dependency: 0,
+        fragment: Fragment { index, count },
+        payload,
+    }
+}
+
+#[test]
+fn granule_ranges_of_mixed_sizes_reassemble_out_of_order_last_first_and_overlapping() {
+    // 160-byte fragments at the negotiated size: 10-byte granules. A 437-byte packet is
+    // 44 granules, the last of 7 bytes.
+    let data: Vec<u8> = (0..=255u8).cycle().take(437).collect();
+    let bytes = |from: usize, to: usize| &data[from * 10..(to * 10).min(data.len())];
+    let mut budget = Budget::new(usize::MAX);
+    let mut r = ChannelReceiver::new(ChannelParams::default(), 160, 1 << 20, 0);
+    // The end of the packet first; fragments cut for 160 and 190 bytes; a resend cut
+    // smaller (granules 16-18) inside ranges already held; one overlapping two others.
+    let ranges = [(40, 44), (0, 16), (10, 29), (16, 19), (16, 19), (35, 40), (29, 38)];
+    for (i, &(from, to)) in ranges.iter().enumerate() {
+        let payload = bytes(from, to);
+        let m = piece(0, from as u32, 44, payload);
+        assert_eq!(r.on_message(&m, Bytes::copy_from_slice(payload), &mut budget, false), Ok(true), "{from}..{to}");
+        let complete = r.queue.front().is_some_and(Entry::complete);
+        assert_eq!(complete, i + 1 == ranges.len(), "complete only once every granule is in: {from}..{to}");
+        if let Some(EntryData::Parts { received, .. }) = r.queue.front().map(|e| &e.body) {
+            let held: BTreeSet<usize> = ranges[..=i].iter().flat_map(|&(a, b)| a..b).collect();
+            assert_eq!(*received as usize, held.len(), "each granule counted once");
+        }
+    }
+    let mut got = Vec::new();
+    r.deliver(&mut budget, |b, _| got.push(b));
+    assert_eq!(got, [Bytes::from(data.clone())]);
+    assert_eq!(budget.used(), 0);
+
+    // A whole copy of a packet being reassembled (the original, arriving after the
+    // pieces its resend was cut into) completes it; pieces of a packet that arrived whole
+    // are duplicates. Packet 2 depends on packet 1, so both wait in the queue.
+    let whole = Message { dependency: 1, ..piece(2, 0, 1, &data) };
+    let first = Message { dependency: 1, ..piece(2, 0, 44, bytes(0, 16)) };
+    assert_eq!(r.on_message(&first, Bytes::copy_from_slice(first.payload), &mut budget, false), Ok(true));
+    assert_eq!(r.on_message(&whole, Bytes::from(data.clone()), &mut budget, false), Ok(true));
+    let third = Message { id: 3, dependency: 2, ..piece(3, 0, 1, &data) };
+    assert_eq!(r.on_message(&third, Bytes::from(data.clone()), &mut budget, false), Ok(true));
+    let later = Message { id: 3, dependency: 2, ..piece(3, 16, 44, bytes(16, 32)) };
+    assert_eq!(r.on_message(&later, Bytes::copy_from_slice(later.payload), &mut budget, false), Ok(true));
+    assert!(r.queue.iter().all(Entry::complete));
+    let one = piece(1, 0, 1, b"one");
+    assert_eq!(r.on_message(&one, Bytes::from_static(b"one"), &mut budget, false), Ok(true));
+    let mut got = Vec::new();
+    r.deliver(&mut budget, |b, _| got.push(b.len()));
+    assert_eq!(got, [3, 437, 437]);
+    assert_eq!(budget.used(), 0);
+}
+
+#[test]
+fn fragments_of_bad_geometry_are_rejected_and_counted() {
+    // 160-byte fragments at the negotiated size (10-byte granules); packets of 1,000
+    // bytes at most: 100 granules.
+    let config = PeerConfig { max_packet_size: 1000, ..PeerConfig::default() };
+    let mut channels = Channels::new(Arc::new(Shared::of(&config)), 160, (1000, 1000), (0, 0), usize::MAX);
+    let ten = [5u8; 10];
+    let long = [5u8; 60];
+    let too_long = [0u8; 1001];
+    let cases: [(Message<'_>, Violation); 9] = [
+        // Empty; not whole granules though not the end; past the packet's end.
+        (piece(0, 0, 40, &[]), Violation::BadFragment),
+        (piece(0, 0, 40, &long[..15]), Violation::BadFragment),
+        (piece(0, 38, 40, &long[..25]), Violation::BadFragment),
+        // More granules than 1,000 bytes; an end making 1,001 bytes; a whole packet of 1,001.
+        (piece(0, 0, 101, &ten), Violation::TooLarge),
+        (piece(0, 99, 101, &ten[..1]), Violation::TooLarge),
+        (piece(1, 0, 1, &too_long), Violation::TooLarge),
+        // A count other than the packet's; an end other than the packet's; a piece of a
+        // packet that arrived whole, of another length.
+        (piece(2, 0, 40, &long), Violation::Inconsistent),
+        (piece(3, 36, 40, &long[..35]), Violation::Inconsistent),
+        (piece(4, 0, 3, &ten), Violation::Inconsistent),
+    ];
+    // What came before each disagreeing message.
+    let before = [piece(2, 0, 30, &long), piece(3, 37, 40, &long[..21]), piece(4, 0, 1, &ten)];
+    let mut sink = Capture::default();
+    let datagram = Bytes::new();
+    for m in before.iter().map(|m| Message { dependency: 1, ..*m }) {
+        let admission = channels.admit(&[m]);
+        channels.receive(&[m], &admission, &datagram, &mut sink, |_, _, _| panic!("nothing completes"));
+    }
+    assert_eq!(channels.counters().violations, 0);
+    let mut expected = 0;
+    for (i, (m, why)) in cases.iter().enumerate() {
+        let m = Message { dependency: 1, ..*m };
+        let alone = channels.view(0, |c| c.recv.check_fragment(&m)).unwrap_or(Ok(()));
+        assert_eq!(alone, if *why == Violation::Inconsistent { Ok(()) } else { Err(*why) }, "case {i}");
+        let admission = channels.admit(&[m]);
+        channels.receive(&[m], &admission, &datagram, &mut sink, |_, _, _| panic!("nothing completes"));
+        expected += 1;
+        assert_eq!(channels.counters().violations, expected, "case {i} counted");
+    }
+    // To the byte: 99 granules and one byte more make 991 bytes, within the limit.
+    let end = piece(5, 99, 100, &ten[..1]);
+    assert_eq!(channels.view(0, |c| c.recv.check_fragment(&end)), Some(Ok(())));
+}
+
 #[test]
 fn eviction_drops_only_unreliable_data() {
-    let (mut s, mut r) = pair(ChannelParams::default(), 0, 10);
+    // 160-byte fragments, 10-byte granules.
+    let (mut s, mut r) = pair(ChannelParams::default(), 0, 160);
     let mut budget = Budget::new(usize::MAX);
     let r0 = send(&mut s, SendMode::Reliable, 0); // withheld: the channel stalls
     let mut c = Capture::default();
-    s.send(pk(packet(1, 25), SendMode::Unreliable), &mut c); // 3 fragments, one withheld
-    s.send(pk(packet(2, 25), SendMode::Passive), &mut c); // 3 fragments, one withheld
+    s.send(pk(packet(1, 400), SendMode::Unreliable), &mut c); // 3 fragments, one withheld
+    s.send(pk(packet(2, 400), SendMode::Passive), &mut c); // 3 fragments, one withheld
     s.send(pk(packet(3, 8), SendMode::Reliable), &mut c);
-    for m in c.0.iter().filter(|m| m.fragment.index != 2) {
+    for m in c.0.iter().filter(|m| m.fragment.index != 32) {
         give(&mut r, &mut budget, m);
     }
     let before = budget.used();
     let freed = r.evict(EvictionTier::IncompleteUnreliable, 1, &mut budget);
-    assert_eq!(freed, 3 * 10 + 8, "the unreliable packet's buffer");
+    assert_eq!(freed, 40 * 10 + 8, "the unreliable packet's buffer: 40 granules and their bitmap");
     assert_eq!(r.charged(), budget.used());
     assert_eq!(budget.used(), before - freed);
     assert_eq!(r.evict(EvictionTier::IncompleteUnreliable, 1, &mut budget), 0);
@@ -327,7 +446,8 @@ fn eviction_drops_only_unreliable_data() {
 #[test]
 fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     let params = ChannelParams { window: 4, ack_spacing: 2 };
-    let (send, recv) = pair(params, 0, 100);
+    // 160-byte fragments (16 granules of 10 bytes).
+    let (send, recv) = pair(params, 0, 160);
     let mut ch = Channel { index: 0, send, recv };
     let mut sink = Capture::default();
     // Each packet costs its bytes and a queue slot.
@@ -349,16 +469,16 @@ fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     assert_eq!(ch.held(&sink), cost(40));
     // A packet larger than the whole limit is refused in every mode, whatever is queued,
     // with the largest size that could ever go: not a full queue to wait out.
-    // 100-byte fragments: a 101-byte packet needs two queue slots, which do not fit.
-    let max = 100;
+    // A 161-byte packet needs two queue slots, which do not fit.
+    let max = 160;
     assert!(ch.send.cost(max) <= cap && ch.send.cost(max + 1) > cap);
     for mode in [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive] {
         assert_eq!(ch.send(pk(packet(6, max + 1), mode), cap, &mut sink), Err(Refused::NeverFits { max }));
     }
     assert_eq!(ch.held(&sink), cost(40), "nothing was dropped for it");
     // Several fragments: each costs its queue slot.
-    assert_eq!(largest_fitting(3 * (100 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7, 100), 307);
-    assert_eq!(ch.send.cost(307), 3 * (100 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7);
+    assert_eq!(largest_fitting(3 * (160 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7, 160), 487);
+    assert_eq!(ch.send.cost(487), 3 * (160 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7);
 }
 
 /// An arbitrary run: packets of random modes and sizes over a network that loses,
@@ -428,7 +548,12 @@ fn run(sc: &Scenario) -> Result<Vec<u32>, String> {
     let params = if sc.small_window { ChannelParams { window: 16, ack_spacing: 4 } } else { ChannelParams::default() };
     let first =
         if sc.near_wrap { SeqSpace::PACKET.sub(0, 5 + rng.below(40) as u32) } else { rng.below(1 << 24) as u32 };
-    let fragment_size = 16;
+    // 32-byte fragments at the negotiated size, 2-byte granules; packets are cut for 32,
+    // 48 or 64 bytes (the size in use grows and falls), and a lost message is now and then
+    // resent cut into granule pieces (as the send path does after a black hole), so the
+    // receiver sees granule ranges of mixed sizes, overlapping.
+    let fragment_size = 32;
+    let granule = crate::wire::granule_of(fragment_size);
     let (s, r) = pair(params, first, fragment_size);
     let (mut s, mut r) = (s.with_unordered(sc.unordered), r.with_unordered(sc.unordered));
     let mut budget = Budget::new(sc.cap.map_or(usize::MAX, usize::from));
@@ -453,7 +578,8 @@ fn run(sc: &Scenario) -> Result<Vec<u32>, String> {
                     _ => SendMode::Passive,
                 };
                 modes.push(mode);
-                s.send(pk(packet(sent, 4 + rng.below(60) as usize), mode), &mut sink);
+                sink.1 = [0, 48, 64][rng.below(3) as usize];
+                s.send(pk(packet(sent, 4 + rng.below(120) as usize), mode), &mut sink);
                 sent += 1;
             }
         } else if round > 0 {
@@ -475,6 +601,15 @@ fn run(sc: &Scenario) -> Result<Vec<u32>, String> {
                 pool.swap_remove(i)
             };
             if lost {
+                if reliable && rng.percent(30) {
+                    // Resent in pieces: whole granules, then the rest.
+                    let mut whole = pool.swap_remove(i);
+                    let at = granule * (1 + rng.below(whole.payload.len().div_ceil(granule) as u64) as usize);
+                    if let Some(rest) = whole.split_off(at, granule) {
+                        pool.push(rest);
+                    }
+                    pool.push(whole);
+                }
                 continue;
             }
             let Some(exempt) = admit(&mut r, &mut budget, &m) else {
@@ -497,7 +632,7 @@ fn run(sc: &Scenario) -> Result<Vec<u32>, String> {
             // The documented bound: the cap plus three packets (the head of line, the
             // passive packet at the front, and one admitted into an otherwise empty
             // channel); sentinels are not charged.
-            let largest = ENTRY_OVERHEAD + 64_usize.div_ceil(fragment_size) * fragment_size + 8;
+            let largest = ENTRY_OVERHEAD + 124_usize.div_ceil(granule) * granule + 8;
             let slack = 3 * largest;
             if sc.cap.is_some_and(|c| budget.used() > usize::from(c) + slack) {
                 return Err(format!("budget {} far above its cap", budget.used()));

@@ -53,7 +53,7 @@ use crate::stats::PeerState;
 use crate::token::{self, ConnectToken, PrivateKey, TokenParams};
 use crate::wire::secure::{self as sealed, SEALED_REQUEST_SIZE, SecretKey, Use};
 use crate::wire::{
-    self, CHECK_LEN, ConnectRequest, Control, DataHeader, DataWriter, Fragment, Key, MAX_FRAGMENTS, Message,
+    self, CHECK_LEN, ConnectRequest, Control, DataHeader, DataWriter, Fragment, Key, MAX_GRANULES, Message,
     MessageKind, SendMode,
 };
 
@@ -245,7 +245,8 @@ pub struct ForgedMessage {
     channel: u8,
     offset: i16,
     dependency: u16,
-    /// (count, index) of a fragment; a whole packet otherwise.
+    /// (count, index) of a fragment, in granules; a whole packet otherwise. The length
+    /// then mostly makes whole granules (or ends the packet), now and then not.
     fragment: Option<(u16, u16)>,
     len: u16,
 }
@@ -316,6 +317,8 @@ fn config(script: &HostScript) -> HostConfig {
 
 /// What the configuration allows one peer to hold.
 struct Caps {
+    /// The connections' granule (plain mode), which forged fragments are cut in.
+    granule: usize,
     max_peers: usize,
     max_pending: usize,
     reassembly: usize,
@@ -326,13 +329,24 @@ struct Caps {
 impl Caps {
     fn of(c: &HostConfig) -> Self {
         let p = &c.peer;
-        let fragment = wire::fragment_payload(p.mtu);
-        let packet = p.max_packet_size.div_ceil(fragment) * fragment + ENTRY_OVERHEAD;
+        // A fragmented packet reserves whole granules and a bitmap of them; a sealed
+        // connection's granule is at most a few bytes smaller.
+        let granule = wire::granule(p.mtu);
+        let smallest = wire::granule_of(wire::fragment_payload(p.mtu) - wire::secure::SEAL_EXTRA);
+        let bitmap = p.max_packet_size.div_ceil(smallest).div_ceil(64) * 8;
+        let packet = p.max_packet_size + granule + bitmap + ENTRY_OVERHEAD;
         let channels = p.channels.len();
         // The channel docs' bound: the cap, plus per channel three packets and a datagram.
         let reassembly = p.max_reassembly_bytes + channels * (3 * packet + p.mtu);
         let queued = p.channels.iter().map(|c| c.max_queued_bytes).sum();
-        Self { max_peers: c.max_peers, max_pending: c.max_pending, reassembly, queued, peer_memory: p.memory_limit() }
+        Self {
+            max_peers: c.max_peers,
+            max_pending: c.max_pending,
+            reassembly,
+            queued,
+            peer_memory: p.memory_limit(),
+            granule,
+        }
     }
 }
 
@@ -687,7 +701,7 @@ impl World {
         let header = DataHeader { frame, ping: f.ping, ping_ack: f.ping_ack, acks: &acks, ack_delay: 0 };
         let filler = [0x5Au8; 1400];
         let messages: Vec<Message<'_>> = if frame.is_some() {
-            f.messages.iter().take(12).map(|m| forged_message(m, &bases, &filler)).collect()
+            f.messages.iter().take(12).map(|m| forged_message(m, &bases, &filler, self.caps.granule)).collect()
         } else {
             Vec::new()
         };
@@ -1025,7 +1039,7 @@ enum TokenKind {
     ElsewhereOnly,
 }
 
-fn forged_message<'f>(m: &ForgedMessage, bases: &[u32], filler: &'f [u8]) -> Message<'f> {
+fn forged_message<'f>(m: &ForgedMessage, bases: &[u32], filler: &'f [u8], granule: usize) -> Message<'f> {
     let channel = m.channel % (CHANNELS as u8 + 1);
     let base = bases.get(usize::from(channel)).copied().unwrap_or(0);
     let id = SeqSpace::PACKET.wrap(base.wrapping_add(m.offset as i32 as u32));
@@ -1033,14 +1047,30 @@ fn forged_message<'f>(m: &ForgedMessage, bases: &[u32], filler: &'f [u8]) -> Mes
         MessageKind::WindowAck => (0, Fragment::WHOLE, 0),
         MessageKind::Sentinel => (u32::from(m.dependency) % PACKET_WINDOW, Fragment::WHOLE, 0),
         MessageKind::Fragment(_) => {
-            let fragment = match m.fragment {
+            let raw = usize::from(m.len) % filler.len();
+            let (fragment, len) = match m.fragment {
                 Some((count, index)) => {
-                    let count = 2 + u32::from(count) % (MAX_FRAGMENTS - 1);
-                    Fragment { index: u32::from(index) % count, count }
+                    // Mostly packets this side accepts (12 KiB: 169 granules at 1,200 bytes).
+                    let count = match count {
+                        0..0x8000 => 2 + u32::from(count) % 256,
+                        _ => 2 + u32::from(count) % (MAX_GRANULES - 1),
+                    };
+                    let index = u32::from(index) % count;
+                    // 1 to 16 whole granules (a fragment of the negotiated size at most),
+                    // or what is left of the packet, its last granule partial; one time
+                    // in 8 any length, mostly bad geometry.
+                    let left = (count - index) as usize;
+                    let k = 1 + usize::from(m.len / 8) % 16;
+                    let len = match m.len % 8 {
+                        7 => raw,
+                        _ if k >= left => (left - 1) * granule + 1 + usize::from(m.len) % granule,
+                        _ => k * granule,
+                    };
+                    (Fragment { index, count }, len.min(filler.len()))
                 }
-                None => Fragment::WHOLE,
+                None => (Fragment::WHOLE, raw),
             };
-            (u32::from(m.dependency) % PACKET_WINDOW, fragment, usize::from(m.len) % filler.len())
+            (u32::from(m.dependency) % PACKET_WINDOW, fragment, len)
         }
     };
     Message { kind: m.kind, channel, id, dependency, fragment, payload: &filler[..len] }

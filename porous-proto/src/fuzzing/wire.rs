@@ -8,7 +8,7 @@ use crate::seq::{PACKET_WINDOW, SeqSpace};
 use crate::transfer::{OutMessage, Tag};
 use crate::wire::{
     self, AckRange, COOKIE_LEN, ChannelSet, ConnectRequest, Control, Cookie, Data, DataHeader, DataWriter, FixedRefs,
-    Fragment, Key, MAX_ACK_RANGES, MAX_FRAGMENTS, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
+    Fragment, Key, MAX_ACK_RANGES, MAX_GRANULES, MAX_MTU, MIN_MTU, Message, MessageKind, RefuseReason,
 };
 
 /// Expansion references a receiver might hold.
@@ -181,7 +181,7 @@ fn arbitrary_message(u: &mut Unstructured<'_>, last: bool) -> arbitrary::Result<
         MessageKind::Sentinel => (u.int_in_range(0..=PACKET_WINDOW - 1)?, Fragment::WHOLE, Bytes::new()),
         MessageKind::Fragment(_) => {
             let fragment = if u.arbitrary()? {
-                let count = u.int_in_range(2..=MAX_FRAGMENTS)?;
+                let count = u.int_in_range(2..=MAX_GRANULES)?;
                 Fragment { index: u.int_in_range(0..=count - 1)?, count }
             } else {
                 Fragment::WHOLE

@@ -88,7 +88,7 @@ pub(crate) fn negotiate(
         return Err(Mismatch::Mtu { local_min: MIN_MTU + extra, remote: remote_mtu });
     }
     let mtu = mtu.min(remote_mtu);
-    let protocol_max = wire::fragment_payload(mtu - extra) * wire::MAX_FRAGMENTS as usize;
+    let protocol_max = wire::max_packet(mtu - extra);
     Ok(Params {
         mtu,
         channels,

@@ -415,12 +415,15 @@ impl Transfer {
     }
 
     /// Takes the messages of lost frame `id` that do not fit `room` bytes (every field
-    /// explicit) out of it, back to the front of the high priority queue: the frame is
-    /// resent with the rest. They stay counted as their channel's.
+    /// explicit) out of it, back to the front of their channels' queues: the frame is
+    /// resent with the rest. They stay counted as their channel's. A first message too
+    /// large for `room` on its own (cut for a size since given up) is cut at a granule: its
+    /// first piece stays, the rest goes back to the queue (see [`OutMessage::split_off`]).
     fn requeue_beyond(&mut self, id: u32, room: usize) {
         let Some(range) = self.inflight.get(id).map(Frame::msgs) else { return };
         let mut used = 0;
         let mut cut = range.end;
+        let mut first = true;
         for at in range.clone() {
             let Some(m) = self.inflight.message_at(at) else { continue };
             used += RunContext::explicit_len(&m.as_wire());
@@ -428,12 +431,43 @@ impl Transfer {
                 cut = at;
                 break;
             }
+            first = false;
+        }
+        let mut back: SmallVec<[OutMessage; 4]> = SmallVec::new();
+        if first && cut < range.end {
+            // Nothing fits whole: the first message keeps what fits, in this frame.
+            let (granule, fits) = (self.granule(), self.fragment_cut());
+            if let Some(m) = self.inflight.message_at_mut(cut)
+                && let Some(rest) = m.split_off(fits, granule)
+            {
+                if let Some(q) = self.queued.get_mut(usize::from(rest.channel)) {
+                    *q += MESSAGE_OVERHEAD;
+                }
+                back.push(rest);
+                self.stats.messages_cut += 1;
+                cut += 1;
+            }
         }
         for at in cut..range.end {
             if let Some(m) = self.inflight.take_message(at) {
-                self.queues.push(Priority::High, &self.shared.weights, m);
+                back.push(m);
             }
         }
+        // At the front of their lanes, in their order: they are the oldest messages.
+        for m in back.into_iter().rev() {
+            self.queues.push_front(&self.shared.weights, m);
+        }
+    }
+
+    /// The connection's granule: a 16th of a fragment of the negotiated size.
+    fn granule(&self) -> usize {
+        crate::wire::granule(self.mtu)
+    }
+
+    /// Payload bytes of a piece cut to fit a frame of the size in use: the most whole
+    /// granules that fit beside the largest message header.
+    fn fragment_cut(&self) -> usize {
+        crate::wire::fragment_cut(self.pmtu.current(), self.granule())
     }
 
     /// Moves messages from the send queues into a new frame: high priority first, each
@@ -453,11 +487,22 @@ impl Transfer {
         let first = self.inflight.store_end();
         let mut run = RunContext::default();
         let (mut used, mut explicit, mut count, mut reliable, mut last_length) = (0, 0, 0, false, 0);
-        let (queued, stats) = (&mut self.queued, &mut self.stats);
-        let mut expire = |m: &OutMessage| expire(queued, stats, m);
-        while let Some(m) = self.queues.front(now, &mut expire) {
+        let (granule, fits) = (self.granule(), self.fragment_cut());
+        loop {
+            let (queued, stats) = (&mut self.queued, &mut self.stats);
+            let Some(m) = self.queues.front(now, |m| expire(queued, stats, m)) else { break };
             if unreliable_only && !m.is_unreliable_data() {
                 break;
+            }
+            if RunContext::explicit_len(&m.as_wire()) > room {
+                // Cut for a datagram size given up since (a black hole): whole granules
+                // that fit go first, the rest follows as the next message of its lane.
+                let Some((channel, added)) = self.queues.split_front(fits, granule) else { break };
+                if let Some(q) = self.queued.get_mut(usize::from(channel)) {
+                    *q += added;
+                }
+                self.stats.messages_cut += 1;
+                continue;
             }
             let w = m.as_wire();
             let len = run.encoded_len(&w, ids.short_id(m.channel, m.id), false);
@@ -587,8 +632,8 @@ mod tests {
     use super::super::queues::tests::msg as message;
     use super::super::tests::{Exp, MS, Wide, cfg, deliver, flush};
     use super::*;
-    use crate::wire::SendMode;
-    use bytes::BytesMut;
+    use crate::wire::{Fragment, SendMode};
+    use bytes::{Bytes, BytesMut};
 
     const T0: Time = Time::ZERO;
 
@@ -709,6 +754,110 @@ mod tests {
         assert_eq!(again, id);
         assert!(cut <= 600 - FRAME_OVERHEAD_MAX && cut > 500, "the first message alone: {cut}");
         assert_eq!(t.queued_messages(), 1, "the second goes back to the queue, for a frame of its own");
+    }
+
+    /// A packet's bytes back from the pieces that carried them (packet id, position in
+    /// granules, packet length in granules, bytes), checking that the pieces tile it: each
+    /// granule exactly once, every piece but the last whole granules.
+    fn tile(pieces: &[(u32, Fragment, Bytes)], id: u32, granule: usize) -> Vec<u8> {
+        let mut mine: Vec<_> = pieces.iter().filter(|p| p.0 == id).map(|p| (p.1, p.2.clone())).collect();
+        mine.sort_by_key(|p| p.0.index);
+        let mut out = Vec::new();
+        for (f, payload) in &mine {
+            assert_eq!(f.index as usize * granule, out.len(), "packet {id}: granule {} covered once, in turn", f.index);
+            out.extend_from_slice(payload);
+        }
+        if let [.., (last, _)] = mine.as_slice()
+            && last.count > 1
+        {
+            assert_eq!(out.len().div_ceil(granule), last.count as usize, "packet {id}: all its granules");
+            for (f, p) in &mine[..mine.len() - 1] {
+                assert!(p.len().is_multiple_of(granule), "packet {id}: granule {} whole", f.index);
+            }
+        }
+        out
+    }
+
+    fn bytes(seed: u8, len: usize) -> Bytes {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    #[test]
+    fn a_queued_message_too_large_for_the_size_in_use_is_cut_at_a_granule_and_every_byte_arrives_once() {
+        // Cut for 1,452-byte datagrams before the size fell back to the negotiated 1,200:
+        // a whole packet of 1,400 bytes, and fragments of 19 granules of a 3,000-byte one.
+        let mut a = Transfer::new(cfg(1200), 0, 0);
+        let mut b = Transfer::new(cfg(1200), 0, 0);
+        let granule = crate::wire::granule(1200);
+        let whole = bytes(1, 1400);
+        let long = bytes(2, 3000);
+        let count = 3000_u32.div_ceil(granule as u32);
+        let reliable =
+            |id, fragment, payload| OutMessage { fragment, payload, ..message(0, id, SendMode::Reliable, 0) };
+        a.enqueue(Priority::High, reliable(1, Fragment::WHOLE, whole.clone()));
+        for (index, range) in [(0, 0..1387), (19, 1387..2774), (38, 2774..3000)] {
+            a.enqueue(Priority::High, reliable(2, Fragment { index, count }, long.slice(range)));
+        }
+        let queued = a.queued_bytes(0);
+        let mut pieces = Vec::new();
+        // Flushes until everything went (the pacer may space the datagrams out).
+        for ms in 0..100 {
+            for d in flush(&mut a, T0 + ms * MS, key()) {
+                let data = Data::decode(&d, key(), &Exp(&b)).expect("valid"); // ok: test
+                pieces.extend(data.messages(&Exp(&b)).map(|m| (m.id, m.fragment, Bytes::copy_from_slice(m.payload))));
+                deliver(&mut b, T0 + ms * MS, key(), &d);
+            }
+        }
+        assert_eq!(a.queued_messages(), 0, "everything went");
+        // Three messages cut once each, at 16 granules (1,168 bytes): seven pieces.
+        assert_eq!(a.stats.messages_cut, 3);
+        let sizes: Vec<_> = pieces.iter().map(|p| (p.0, p.1.index, p.2.len())).collect();
+        assert_eq!(
+            sizes,
+            [(1, 0, 1168), (1, 16, 232), (2, 0, 1168), (2, 16, 219), (2, 19, 1168), (2, 35, 219), (2, 38, 226)]
+        );
+        assert!(pieces.iter().all(|p| p.2.len() <= 16 * granule));
+        assert_eq!(tile(&pieces, 1, granule), whole);
+        assert_eq!(tile(&pieces, 2, granule), long);
+        assert!(pieces.iter().filter(|p| p.0 == 1).all(|p| p.1.count == 1400_u32.div_ceil(granule as u32)));
+        // Each piece is one more place in a queue for its channel, released on its ack.
+        assert_eq!(a.queued_bytes(0), queued + 3 * MESSAGE_OVERHEAD);
+    }
+
+    #[test]
+    fn a_lost_frame_of_a_size_given_up_is_resent_cut_at_a_granule_and_every_byte_arrives_once() {
+        let mut t = Transfer::new(cfg(1200), 0, 0);
+        // Discovery confirmed 1,452 bytes: a whole packet of 1,380 bytes and a small one
+        // travel in one frame.
+        t.pmtu = Discovery::new(1200, 1452);
+        let probe = t.pmtu.wanted();
+        t.pmtu.sent(T0, 1);
+        t.pmtu.on_echo(T0, 1);
+        assert_eq!((probe, t.pmtu.current()), (Some(1452), 1452));
+        let granule = crate::wire::granule(1200);
+        let whole = bytes(3, 1380);
+        t.enqueue(Priority::High, OutMessage { payload: whole.clone(), ..message(0, 1, SendMode::Reliable, 0) });
+        t.enqueue(Priority::High, message(0, 2, SendMode::Reliable, 30));
+        let Plan::New { id, .. } = t.plan_new(T0, &Wide, 0, false) else { panic!("a frame") };
+        assert_eq!(t.queued_messages(), 0, "both in one frame of 1,452 bytes");
+        // The path stopped carrying it: a black hole, back to the negotiated size.
+        t.pmtu = Discovery::new(1200, 1200);
+        let range = t.inflight.get(id).map(Frame::msgs).unwrap_or_default();
+        let Plan::Resend { id: again, len } = t.plan_resend(id, &range, &Wide) else { panic!("a resend") };
+        assert!(again == id && len <= 1200 - FRAME_OVERHEAD_MAX, "the resend fits: {len}");
+        assert_eq!(t.stats.messages_cut, 1);
+        let mut pieces: Vec<(u32, Fragment, Bytes)> = Vec::new();
+        let mut frames = vec![id];
+        while let Plan::New { id, .. } = t.plan_new(T0, &Wide, 0, false) {
+            frames.push(id);
+        }
+        for f in frames {
+            let range = t.inflight.get(f).map(Frame::msgs).unwrap_or_default();
+            pieces.extend(t.inflight.messages(&range).map(|m| (m.id, m.fragment, m.payload.clone())));
+        }
+        assert_eq!(tile(&pieces, 1, granule), whole);
+        assert_eq!(pieces.iter().filter(|p| p.0 == 1).map(|p| p.2.len()).collect::<Vec<_>>(), [1168, 212]);
+        assert_eq!(pieces.iter().filter(|p| p.0 == 2).count(), 1, "the small packet once");
     }
 
     #[test]

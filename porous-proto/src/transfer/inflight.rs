@@ -296,6 +296,13 @@ impl InFlight {
         self.store.get(i)?.as_ref()
     }
 
+    /// The message at absolute store index `at`, to cut (a lost frame too large to resend
+    /// whole), if it is still held.
+    pub(crate) fn message_at_mut(&mut self, at: u64) -> Option<&mut OutMessage> {
+        let i = usize::try_from(at.checked_sub(self.store_base)?).ok()?;
+        self.store.get_mut(i)?.as_mut()
+    }
+
     /// Takes the message at absolute store index `at` out of its frame (a lost frame too
     /// large to resend whole), if it is still held.
     pub(crate) fn take_message(&mut self, at: u64) -> Option<OutMessage> {

@@ -82,6 +82,34 @@ impl OutMessage {
         self.kind.is_reliable() && !matches!(self.tag, Tag::CopyOf(_))
     }
 
+    /// Cuts this data message after its first `at` bytes, a whole number of `granule`s
+    /// short of its end, and returns the rest: a fragment of the same packet, counted in
+    /// granules (an unfragmented packet becomes fragments). `None`, and nothing changes,
+    /// for a control message or a cut that is not inside the payload on a granule.
+    ///
+    /// What the send path does with a message too large for the datagram size in use
+    /// (cut for a size path MTU discovery has since given up): the pieces reassemble like
+    /// any other fragments, so no packet waits for a size the path no longer carries.
+    pub(crate) fn split_off(&mut self, at: usize, granule: usize) -> Option<Self> {
+        let len = self.payload.len();
+        if !matches!(self.kind, MessageKind::Fragment(_)) || at == 0 || at >= len || !at.is_multiple_of(granule) {
+            return None;
+        }
+        if self.fragment.count == 1 {
+            self.fragment = Fragment { index: 0, count: u32::try_from(len.div_ceil(granule)).ok()? };
+        }
+        let index = self.fragment.index + u32::try_from(at / granule).ok()?;
+        Some(Self {
+            kind: self.kind,
+            channel: self.channel,
+            id: self.id,
+            dependency: self.dependency,
+            fragment: Fragment { index, count: self.fragment.count },
+            payload: self.payload.split_off(at),
+            tag: self.tag,
+        })
+    }
+
     /// A repair copy of this message, which sits at store index `at`.
     pub(crate) fn copy_at(&self, at: u64) -> Self {
         Self { tag: Tag::CopyOf(at), ..self.clone() }
@@ -228,6 +256,36 @@ impl SendQueues {
         lane.queue.push_back(m);
         self.live += 1;
         self.selected = None;
+    }
+
+    /// Queues `m` ahead of its channel's other messages, at the priority its lane was
+    /// served at (the channel's: `m` was queued there before): a message a lost frame
+    /// could not resend at the size in use. Otherwise as [`SendQueues::push`].
+    pub(crate) fn push_front(&mut self, weights: &[u32], m: OutMessage) {
+        let channel = m.channel;
+        let priority = self.lanes.get(usize::from(channel)).map_or(Priority::High, |l| l.priority);
+        self.push(priority, weights, m);
+        if let Some(lane) = self.lanes.get_mut(usize::from(channel))
+            && let Some(m) = lane.queue.pop_back()
+        {
+            lane.queue.push_front(m);
+        }
+    }
+
+    /// Cuts the message [`SendQueues::front`] returned after its first `at` bytes (see
+    /// [`OutMessage::split_off`]); the rest follows it in its lane. Returns the channel and
+    /// the bytes the pieces cost beyond the message (one more place in a queue), or `None`
+    /// when nothing was cut.
+    pub(crate) fn split_front(&mut self, at: usize, granule: usize) -> Option<(u8, usize)> {
+        let channel = self.selected?;
+        let lane = self.lanes.get_mut(usize::from(channel))?;
+        let head = lane.queue.front_mut()?;
+        let before = head.cost();
+        let rest = head.split_off(at, granule)?;
+        let added = (head.cost() + rest.cost()).saturating_sub(before);
+        lane.queue.insert(1, rest);
+        self.live += 1;
+        Some((channel, added))
     }
 
     /// Bytes of the queues' own storage (payloads are counted by their channels).
@@ -431,6 +489,30 @@ pub(crate) mod tests {
             q.pop().map(|m| (m.channel, m.id))
         })
         .collect()
+    }
+
+    #[test]
+    fn a_message_put_back_leads_its_lane_at_its_priority_and_a_head_is_cut_at_a_granule() {
+        let mut q = SendQueues::default();
+        q.push(Priority::Low, EQUAL, msg(1, 1, SendMode::Reliable, 10));
+        q.push(Priority::Low, EQUAL, msg(1, 2, SendMode::Reliable, 10));
+        q.push_front(EQUAL, msg(1, 0, SendMode::Reliable, 10));
+        q.push(Priority::High, EQUAL, msg(0, 5, SendMode::Reliable, 10));
+        assert_eq!(drain(&mut q, Time::ZERO), [(0, 5), (1, 0), (1, 1), (1, 2)], "first in its lane, still low");
+        // A 100-byte whole packet cut after 3 granules of 10 bytes: fragments of 10.
+        q.push(Priority::High, EQUAL, msg(0, 7, SendMode::Reliable, 100));
+        q.push(Priority::High, EQUAL, msg(0, 8, SendMode::Reliable, 10));
+        assert!(q.front(Time::ZERO, |_| {}).is_some());
+        assert_eq!(q.split_front(25, 10), None, "not on a granule");
+        assert_eq!(q.split_front(100, 10), None, "not inside the payload");
+        assert_eq!(q.split_front(30, 10), Some((0, MESSAGE_OVERHEAD)));
+        let mut got = Vec::new();
+        while q.front(Time::ZERO, |_| {}).is_some() {
+            got.extend(q.pop().map(|m| (m.id, m.fragment, m.payload.len())));
+        }
+        let piece = |index, len| (7, Fragment { index, count: 10 }, len);
+        assert_eq!(got, [piece(0, 30), piece(3, 70), (8, Fragment::WHOLE, 10)]);
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! - `W` (wide): the explicit id is the full 24-bit id (3 bytes) instead of its low 16 bits.
 //! - `dep`: 00 no dependency, 01 distance 1, 10 the previous message's dependency target
 //!   (only with `N` clear), 11 an explicit varint distance in `1..N_Q`.
-//! - `F`: fragment index and `count - 2` follow as varints.
+//! - `F`: fragment index and `count - 2` follow as varints, both in *granules* of the
+//!   connection (see [`super::granule`]): the payload covers granules `index..` of a
+//!   packet `count` granules long.
 //! - `L`: an explicit varint payload length follows; without it the payload runs to the end
 //!   of the frame, so only the last message may omit it.
 //!
@@ -33,8 +35,11 @@ use super::{DecodeError, Field};
 pub use crate::event::SendMode;
 use crate::seq::{PACKET_WINDOW, SeqSpace};
 
-/// The largest number of fragments a packet may be split into.
-pub const MAX_FRAGMENTS: u32 = 65_536;
+/// The most granules a fragmented packet may span (see [`super::granule`]): `2^21`, so a
+/// granule index and `count - 2` each take at most 3 varint bytes.
+pub const MAX_GRANULES: u32 = 1 << 21;
+/// Granules in a fragment of the negotiated datagram size (see [`super::granule`]).
+pub const GRANULES_PER_FRAGMENT: usize = 16;
 /// The most bytes a message header (everything but the payload) can take.
 pub const MESSAGE_HEADER_MAX: usize = 1 + 1 + 3 + 3 + 3 + 3 + 3;
 
@@ -58,12 +63,16 @@ impl MessageKind {
     }
 }
 
-/// Position of a fragment within its packet.
+/// Position of a fragment within its packet, in granules of the connection (see
+/// [`super::granule`]): the fragment's payload starts at byte `index * granule` of the
+/// packet and covers `payload.len().div_ceil(granule)` granules, a whole number of them
+/// unless it ends the packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fragment {
-    /// Index of this fragment, `0..count`.
+    /// The first granule the fragment covers, `0..count`.
     pub index: u32,
-    /// Number of fragments of the packet, 1 for an unfragmented packet.
+    /// The packet's length in granules (rounded up); 1 for an unfragmented packet, which
+    /// travels as one message of any length.
     pub count: u32,
 }
 
@@ -418,7 +427,7 @@ impl RunContext {
             let fragment = if low & F != 0 {
                 let index = r.varint(Field::FragmentIndex)?;
                 let count = r.varint(Field::FragmentCount)?;
-                let count = count.checked_add(2).filter(|&c| c <= MAX_FRAGMENTS);
+                let count = count.checked_add(2).filter(|&c| c <= MAX_GRANULES);
                 let count = count.ok_or(DecodeError::OutOfRange(Field::FragmentCount))?;
                 if index >= count {
                     return Err(DecodeError::OutOfRange(Field::FragmentIndex));
@@ -548,7 +557,10 @@ mod tests {
         assert_eq!(dec(&[0x2C, 0, 0, 0, 0x80, 0x80, 0x04]), Err(DecodeError::OutOfRange(Field::Dependency)));
         // Fragment index beyond the count; count beyond the maximum.
         assert_eq!(dec(&[0x22, 0, 0, 0, 5, 1]), Err(DecodeError::OutOfRange(Field::FragmentIndex)));
-        assert_eq!(dec(&[0x22, 0, 0, 0, 0, 0xFF, 0xFF, 0x04]), Err(DecodeError::OutOfRange(Field::FragmentCount)));
+        assert_eq!(dec(&[0x22, 0, 0, 0, 0, 0xFF, 0xFF, 0x7F]), Err(DecodeError::OutOfRange(Field::FragmentCount)));
+        // The largest count decodes, with the last granule as its index.
+        let largest = [0x22, 0, 0, 0, 0xFF, 0xFF, 0x7F, 0xFE, 0xFF, 0x7F];
+        assert_eq!(dec(&largest).map(|m| m.fragment), Ok(Fragment { index: MAX_GRANULES - 1, count: MAX_GRANULES }));
         // Explicit length running past the end.
         assert_eq!(dec(&[0x21, 0, 0, 0, 5, 1, 2]), Err(DecodeError::Truncated(Field::Payload)));
         // Truncated id.

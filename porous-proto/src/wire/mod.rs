@@ -35,7 +35,9 @@ pub use data::{
     ACK_DELAY_UNIT, AckRange, AckRanges, Data, DataHeader, DataWriter, Expand, FixedRefs, MAX_ACK_RANGES, Messages,
     ack_delay_len, ack_range_len, ack_section_len,
 };
-pub use message::{Fragment, MAX_FRAGMENTS, MESSAGE_HEADER_MAX, Message, MessageKind, RunContext, SendMode};
+pub use message::{
+    Fragment, GRANULES_PER_FRAGMENT, MAX_GRANULES, MESSAGE_HEADER_MAX, Message, MessageKind, RunContext, SendMode,
+};
 
 /// Version of this wire format. It keys every check, so datagrams of other versions are
 /// dropped as foreign.
@@ -52,6 +54,37 @@ pub const FRAME_OVERHEAD_MAX: usize = 1 + 4 + 1 + 1 + CHECK_LEN;
 /// largest payload that fits a frame under any encoding of its header.
 pub const fn fragment_payload(mtu: usize) -> usize {
     mtu - FRAME_OVERHEAD_MAX - MESSAGE_HEADER_MAX
+}
+
+/// The *granule* of a connection whose negotiated datagram size is `mtu`: the unit a
+/// fragment's index and count are written in, and the receiver reassembles at. A 16th of
+/// [`fragment_payload`] at that size (73 bytes at 1,200), so a fragment of the negotiated
+/// size holds 16 granules and one of a datagram path MTU discovery grew holds more.
+/// Both sides know the negotiated size, so they agree on it without a field.
+pub const fn granule(mtu: usize) -> usize {
+    granule_of(fragment_payload(mtu))
+}
+
+/// [`granule`] of a connection whose fragments of the negotiated size carry
+/// `fragment_payload` bytes.
+pub const fn granule_of(fragment_payload: usize) -> usize {
+    let g = fragment_payload / GRANULES_PER_FRAGMENT;
+    if g == 0 { 1 } else { g }
+}
+
+/// Payload bytes of a fragment cut for a datagram of `mtu` bytes, on a connection whose
+/// granule is `granule`: the largest whole number of granules that fits, at least one.
+pub const fn fragment_cut(mtu: usize, granule: usize) -> usize {
+    let n = fragment_payload(mtu) / granule;
+    if n == 0 { granule } else { n * granule }
+}
+
+/// The largest packet a connection whose negotiated datagram size is `mtu` can carry:
+/// [`MAX_GRANULES`] granules (at least what 65,536 fragments of that size held before
+/// fragments were counted in granules), and at most `u32::MAX` bytes.
+pub const fn max_packet(mtu: usize) -> usize {
+    let max = granule(mtu) * MAX_GRANULES as usize;
+    if max > u32::MAX as usize { u32::MAX as usize } else { max }
 }
 
 /// Which key a datagram's check is computed with.
@@ -276,6 +309,23 @@ mod tests {
     fn fragment_payload_leaves_room_for_the_worst_header() {
         assert_eq!(fragment_payload(1200), 1200 - 11 - 17);
         assert!(fragment_payload(MIN_MTU) > 64);
+    }
+
+    #[test]
+    fn a_granule_divides_the_negotiated_fragment_and_bounds_the_largest_packet() {
+        assert_eq!(granule(1200), 73);
+        assert_eq!(fragment_cut(1200, granule(1200)), 16 * 73, "16 granules at the negotiated size");
+        assert_eq!(fragment_cut(1452, granule(1200)), 19 * 73, "19 at a grown one");
+        for mtu in [MIN_MTU, 576, 1200, 1280, 1452, 9000, MAX_MTU] {
+            let g = granule(mtu);
+            assert!(GRANULES_PER_FRAGMENT * g <= fragment_payload(mtu), "{mtu}");
+            assert!(fragment_payload(mtu) - GRANULES_PER_FRAGMENT * g < GRANULES_PER_FRAGMENT, "{mtu}");
+            // Every packet size configs accepted with 65,536 fragments of the negotiated
+            // size still fits the granule count.
+            let before = (fragment_payload(mtu) * 65_536).min(u32::MAX as usize);
+            assert!(max_packet(mtu) >= before, "{mtu}");
+            assert!(max_packet(mtu).div_ceil(g) <= MAX_GRANULES as usize, "{mtu}");
+        }
     }
 
     #[test]
