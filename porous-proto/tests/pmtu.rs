@@ -1,8 +1,10 @@
 //! Path MTU discovery (`PeerConfig::max_mtu`) over simulated paths whose links drop every
 //! datagram larger than they carry: each side finds the largest size its path takes,
 //! within the search's step, never above the ceiling, a path that shrinks mid-stream
-//! (a black hole) costs no reliable packet, and fragmented packets take fewer, larger
-//! fragments once the size grew.
+//! (a black hole) costs no reliable packet and is found within a round trip or two, and
+//! fragmented packets take fewer, larger fragments once the size grew; while random loss
+//! and acknowledgements held up on a path that carries every size are no black hole
+//! (issue 38).
 
 #![cfg(feature = "sim")]
 
@@ -14,7 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use porous_proto::sim::{LinkConditions, Network};
-use porous_proto::{Event, HostConfig, PeerId, SendMode};
+use porous_proto::{Event, HostConfig, PeerId, SendMode, TransferStats};
+use quickcheck::{Gen, QuickCheck, TestResult};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
@@ -146,16 +149,22 @@ fn a_black_hole_mid_stream_falls_back_and_loses_nothing() {
         Bytes::from(v)
     };
     let (mut sent, mut got) = (0u32, Vec::new());
-    let mut shrunk = false;
+    let (mut shrunk, mut found) = (None, None);
     let done = net.run_until(120 * SEC, |net| {
         while sent < total && net.host_mut(a).send(pa, 0, payload(sent), SendMode::Reliable).is_ok() {
             sent += 1;
         }
-        if !shrunk && sent > total / 3 {
+        if shrunk.is_none() && sent > total / 3 {
             let mut l = net.link(a, b);
             l.mtu = Some(1280 - HEADERS);
             net.set_link(a, b, l);
-            shrunk = true;
+            shrunk = Some(net.elapsed());
+        }
+        if let Some(at) = shrunk
+            && found.is_none()
+            && net.host(a).peer_stats(pa).is_some_and(|s| s.transfer.black_holes > 0)
+        {
+            found = Some(net.elapsed() - at);
         }
         while let Some(e) = net.poll_event(b) {
             if let Event::Received { data, .. } = e {
@@ -169,6 +178,10 @@ fn a_black_hole_mid_stream_falls_back_and_loses_nothing() {
     for (i, d) in got.iter().enumerate() {
         assert_eq!(*d, payload(i as u32), "packet {i}: exactly once, in order");
     }
+    // Found a reordering window (a round trip and a quarter) after the first frames
+    // too large went, as the path still acknowledges the smaller ones.
+    let found = found.expect("the black hole was seen during the transfer");
+    assert!(found <= 100 * MS, "found {found:?} after the path shrank");
     // The new search ends (each size too large costs three probe timeouts).
     sizes(&mut net, pa, pb, 10 * SEC);
     let s = net.host(a).peer_stats(pa).unwrap();
@@ -242,4 +255,87 @@ fn fragmented_packets_take_fewer_datagrams_once_the_size_grew_and_survive_a_blac
     assert!(s.transfer.black_holes >= 1, "the black hole was seen");
     assert!(s.transfer.messages_cut > 0, "messages cut for 1,452 bytes were cut again");
     assert_eq!(s.mtu, 1200, "and the size fell back");
+}
+
+/// `total` bytes of reliable 300-byte packets from a to b, the send queue kept full (frames
+/// of four packets, larger than the base), 25 ms each way through a 10 MB/s bottleneck,
+/// losing `loss` at random each way, with no MTU limit: the path carries every size, so no
+/// black hole is there to find. `stall`: b's loop runs late by this much once half has
+/// arrived. Returns the sender's transfer statistics.
+fn bulk_without_a_limit(seed: u64, loss: f64, total: usize, stall: Option<Duration>) -> TransferStats {
+    let (a, b) = (addr(1), addr(2));
+    let mut link = LinkConditions::perfect(25 * MS);
+    link.loss = loss;
+    link.bandwidth = Some(10_000_000);
+    link.queue = 500_000;
+    let mut cfg = config(1200, 1452);
+    cfg.peer.timeout = 60 * SEC;
+    let mut net = Network::new(seed);
+    net.add_host(a, cfg.clone()).unwrap();
+    net.add_host(b, cfg).unwrap();
+    net.set_link_both(a, b, link);
+    let (pa, _) = net.establish((a, b), None, 60 * SEC).expect("connected");
+    net.run_for(SEC, |net| while net.poll_event(a).is_some() || net.poll_event(b).is_some() {});
+    assert_eq!(net.host(a).peer_stats(pa).unwrap().mtu, 1452, "seed {seed}: the search reached the ceiling");
+    let packets = total.div_ceil(300);
+    let (mut sent, mut got, mut stalled) = (0, 0, false);
+    let done = net.run_until(600 * SEC, |net| {
+        while sent < packets && net.host_mut(a).send(pa, 0, Bytes::from(vec![7; 300]), SendMode::Reliable).is_ok() {
+            sent += 1;
+        }
+        if let Some(late) = stall.filter(|_| !stalled && got > packets / 2) {
+            net.stall(b, late);
+            stalled = true;
+        }
+        while let Some(e) = net.poll_event(b) {
+            got += usize::from(matches!(e, Event::Received { .. }));
+        }
+        while net.poll_event(a).is_some() {}
+        got == packets
+    });
+    assert!(done, "seed {seed}: every packet arrived ({got} of {packets})");
+    net.host(a).peer_stats(pa).unwrap().transfer
+}
+
+#[test]
+fn random_loss_is_no_black_hole() {
+    // Transfers that declared a black hole at 5% loss (issue 38). Seed 4's 2 MB (a run of
+    // `docs/simulated.md`'s table): at the end of the transfer only resends are in flight,
+    // three of them lost in a row, and the later resend that arrived did not count as
+    // proof of the size (a frame sent more than once). The others: three or four frames in
+    // a row lost, found by a resend timeout barely longer than the round trip, before the
+    // acknowledgement of the frame sent just after them came.
+    for (seed, total) in [(4, 2_000_000), (81, 300_000), (86, 300_000), (158, 300_000), (252, 300_000)] {
+        let s = bulk_without_a_limit(seed, 0.05, total, None);
+        assert!(s.frames_lost > 0, "seed {seed}: the run lost frames");
+        assert_eq!(s.black_holes, 0, "seed {seed}: {s:?}");
+    }
+}
+
+#[test]
+fn acknowledgements_held_up_are_no_black_hole() {
+    // The receiver's loop runs late mid-transfer: every frame in flight outlives the resend
+    // timeout, large or not, until the acknowledgements come at once (over real UDP, the
+    // black holes of issue 38). Up to a resend timeout and a reordering window late.
+    for late in [5, 20, 50] {
+        let s = bulk_without_a_limit(1, 0.0, 300_000, Some(late * MS));
+        assert!(s.frames_lost > 0, "{late} ms: frames timed out");
+        assert_eq!(s.black_holes, 0, "{late} ms late: {s:?}");
+    }
+}
+
+#[test]
+fn random_loss_without_an_mtu_limit_is_no_black_hole_over_seeds() {
+    // 5% to 10% loss each way, a fixed draw of seeds (the generator is seeded: the same
+    // cases each run).
+    fn prop(seed: u64, loss: u8) -> TestResult {
+        let loss = 0.05 + f64::from(loss % 51) / 1000.0;
+        let s = bulk_without_a_limit(seed, loss, 150_000, None);
+        if s.black_holes == 0 {
+            TestResult::passed()
+        } else {
+            TestResult::error(format!("seed {seed}, loss {loss}: {s:?}"))
+        }
+    }
+    QuickCheck::new().rng(Gen::from_size_and_seed(100, 38)).tests(10).quickcheck(prop as fn(u64, u8) -> TestResult);
 }

@@ -1,8 +1,9 @@
 //! Issue 38: path MTU discovery on a simulated 1,500-byte path (1,472 bytes of UDP payload
 //! under IPv4), 25 ms each way, a 10 MB/s bottleneck with one bandwidth-delay product of
 //! queue: bulk transfers of three packet sizes with discovery off (`max_mtu` 0, the
-//! default) and on (`max_mtu` 1,452 on both sides), and the time the sender takes to reach
-//! the path's size.
+//! default) and on (`max_mtu` 1,452 on both sides), the time the sender takes to reach
+//! the path's size, and the time it takes to find a black hole (the path shrinking under
+//! the size in use).
 
 use std::time::Duration;
 
@@ -100,6 +101,47 @@ fn reach(seed: u64, (mtu, max_mtu): (usize, usize), path: usize) -> (usize, Dura
     last
 }
 
+/// The path from a to b shrinks to 1,280 bytes (1,252 of UDP payload) a third of the way
+/// into a transfer of 3,000 reliable packets at 1,452 bytes: how long after it the sender
+/// fell back to the base, and how many black holes it counted in all. `mixed`: packets of
+/// 200 to 1,100 bytes (datagrams of every size), else of 100 bytes (nearly every datagram
+/// full).
+fn shrink(seed: u64, mixed: bool, loss: f64) -> (Duration, u64) {
+    let mut c = link(loss, RATE, BDP);
+    c.mtu = Some(PATH);
+    let (mut net, pa, _) = pair(seed, c, c, &host_config(1200, MAX_MTU));
+    let (a, b) = (addr(1), addr(2));
+    assert_eq!(net.host(a).peer_stats(pa).expect("connected").mtu, MAX_MTU, "seed {seed}: the search is over");
+    let total = 3000;
+    let payload = |i: usize| Bytes::from(vec![7; if mixed { 200 + i * 37 % 900 } else { 100 }]);
+    let (mut sent, mut got) = (0, 0);
+    let (mut shrunk, mut found) = (None, None);
+    let done = net.run_until(600 * SEC, |net| {
+        while sent < total && net.host_mut(a).send(pa, 0, payload(sent), SendMode::Reliable).is_ok() {
+            sent += 1;
+        }
+        if shrunk.is_none() && sent > total / 3 {
+            let mut l = net.link(a, b);
+            l.mtu = Some(1280 - 28);
+            net.set_link(a, b, l);
+            shrunk = Some(net.elapsed());
+        }
+        if let Some(at) = shrunk
+            && found.is_none()
+            && net.host(a).peer_stats(pa).is_some_and(|s| s.transfer.black_holes > 0)
+        {
+            found = Some(net.elapsed() - at);
+        }
+        while let Some(e) = net.poll_event(b) {
+            got += usize::from(matches!(e, Event::Received { .. }));
+        }
+        got == total
+    });
+    assert!(done, "seed {seed}: the transfer ended ({got} of {total})");
+    let holes = net.host(a).peer_stats(pa).expect("connected").transfer.black_holes;
+    (found.expect("the black hole was found"), holes)
+}
+
 pub(crate) fn table(s: &Scale) -> String {
     let mut t = String::from(
         "| packets | loss | discovery | goodput (kB/s) | sender's datagrams per MB | wire bytes per payload byte | black holes |\n\
@@ -130,6 +172,18 @@ pub(crate) fn table(s: &Scale) -> String {
             sizes.1,
             after.as_secs_f64() * 1000.0
         );
+    }
+    t += "\n| packets | loss | black hole found after | black holes counted |\n|---|---:|---:|---:|\n";
+    for (name, mixed) in [("200-1100 B", true), ("100 B", false)] {
+        for loss in [0.0, 0.05] {
+            let runs: Vec<(Duration, u64)> = (1..=s.seeds).map(|seed| shrink(seed, mixed, loss)).collect();
+            t += &format!(
+                "| {name} | {:.0}% | {} ms | {} |\n",
+                loss * 100.0,
+                summary(runs.iter().map(|r| r.0.as_secs_f64() * 1000.0).collect(), 0),
+                summary(runs.iter().map(|r| r.1 as f64).collect(), 0),
+            );
+        }
     }
     t
 }

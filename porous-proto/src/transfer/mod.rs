@@ -560,7 +560,9 @@ impl Transfer {
             if let Some(Outcome::Acked { size, sent_once, delivery, sent_at, was_lost, early }) = outcome {
                 self.cc.on_frame_acked(now, size, path);
                 if self.pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) {
-                    self.pmtu.on_large_acked(size, sent_once.map(|(_, at)| at));
+                    // What arrived: the only transmission, or the latest unless the
+                    // acknowledgement came too soon after it (`early`).
+                    self.pmtu.on_large_acked(size, (!early).then_some(sent_at));
                 }
                 self.delivery.on_acked(now, size, delivery, sent_at);
                 self.redundancy.on_delivered();
@@ -622,9 +624,9 @@ impl Transfer {
             (&mut self.queued, &mut self.stats, &mut self.cc, &mut self.pmtu, &mut self.episode);
         let redundancy = &mut self.redundancy;
         let timed_out = self.inflight.detect_losses(now, rto, window, |q, id| {
-            let (size, sent_at) = q.get(id).map_or((0, now), |f| (f.bytes(), f.sent_at));
-            if pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) && pmtu.on_large_lost(size, sent_at) {
-                stats.black_holes += 1;
+            let (size, sent_at, serial) = q.get(id).map_or((0, now, 0), |f| (f.bytes(), f.sent_at, f.serial));
+            if pmtu.is_large(size, FRAME_OVERHEAD_MAX - FRAME_BASE) {
+                pmtu.on_large_lost(now, size, sent_at, serial);
             }
             if drop_lost(q, id, spacing, queued, stats) {
                 redundancy.on_lost();
@@ -635,6 +637,12 @@ impl Transfer {
                 cc.on_drop(now, size, path);
             }
         });
+        // Three large frames lost in a row: a black hole unless a frame as large sent
+        // after them arrives within a reordering window.
+        let (wait, inflight) = (self.reorder_window(), &self.inflight);
+        if self.pmtu.judge(now, wait, |serial| inflight.acked_since(serial)) {
+            self.stats.black_holes += 1;
+        }
         if timed_out.is_some_and(|serial| serial >= self.backoff_from) {
             self.backoff = self.backoff.saturating_add(1).min(16);
             self.backoff_from = self.inflight.next_serial();
@@ -705,10 +713,10 @@ impl Transfer {
         [self.receiver.ack_deadline(&self.cadence), self.ping.echo_deadline(&self.cadence)].into_iter().flatten().min()
     }
 
-    /// When path MTU discovery's timer fires: an unanswered probe counts as lost, or a
-    /// search starts again.
+    /// When path MTU discovery's timer fires: an unanswered probe counts as lost, a search
+    /// starts again, or a run of large frames lost is judged.
     pub(crate) fn mtu_deadline(&self) -> Option<Time> {
-        self.pmtu.deadline(self.rto())
+        self.pmtu.deadline(self.rto(), self.reorder_window())
     }
 
     /// The datagram size in use now (path MTU discovery raises it from the negotiated one).
