@@ -509,3 +509,48 @@ fn forged_unknown_paths_cost_one_moved_a_round_trip_and_move_nothing() {
         assert_eq!(net.host(server()).stats().address_changes, 0, "{mode:?}");
     }
 }
+
+/// A move is a new path, whose datagram size is its own: path MTU discovery, which had
+/// found 1,452 bytes, starts over from the handshake's size at the move, and finds the
+/// new path's size again.
+#[test]
+fn path_mtu_discovery_starts_over_after_a_move() {
+    let mut config = HostConfig::default();
+    config.peer.max_mtu = 1452;
+    let mut net = Network::new(7);
+    net.set_default_link(LinkConditions::perfect(25 * MS));
+    let start = net.now();
+    net.add_host(server(), Mode::Plain.server(config.clone(), server(), start)).unwrap();
+    net.add_host(client(), Mode::Plain.client(config)).unwrap();
+    net.set_nat(client(), Some(Nat::new(public_ip(), NatKind::AddressDependent)));
+    let now = net.now();
+    let c = net.host_mut(client()).connect(now, server()).unwrap();
+    let mut s = None;
+    assert!(net.run_until(Duration::from_secs(2), |net| {
+        while let Some(e) = net.poll_event(server()) {
+            if let Event::Connected { peer, .. } = e {
+                s = Some(peer);
+            }
+        }
+        s.is_some()
+    }));
+    let s = s.unwrap();
+    exchange(&mut net, (c, s), 500 * MS);
+    let mtu = |net: &Network| net.host(server()).peer_stats(s).unwrap().mtu;
+    let probes = |net: &Network| net.host(server()).peer_stats(s).unwrap().transfer.mtu_probes;
+    assert_eq!(mtu(&net), 1452, "found before the move");
+    let before = probes(&net);
+    net.set_nat(client(), Some(Nat::new(other_ip(), NatKind::AddressDependent)));
+    let mut sizes = Vec::new();
+    net.host_mut(client()).send(c, 0, &b"from the new network"[..], SendMode::Reliable).unwrap();
+    net.run_for(500 * MS, |net| {
+        while let Some(e) = net.poll_event(server()) {
+            if let Event::AddressChanged { .. } = e {
+                sizes.push(mtu(net));
+            }
+        }
+    });
+    assert_eq!(sizes, [1200], "back to the handshake's size at the move");
+    assert_eq!(mtu(&net), 1452, "found again on the new path");
+    assert!(probes(&net) > before, "by a new search");
+}

@@ -656,8 +656,11 @@ impl Transfer {
     /// address at the next flush, rather than a reordering window after the first
     /// acknowledgement from there or a resend timeout. It says nothing of the new path:
     /// no congestion response, no black hole, no loss for the repair estimate, no backoff.
-    /// A frame that did arrive is acknowledged as any spurious loss is.
+    /// A frame that did arrive is acknowledged as any spurious loss is. Path MTU discovery
+    /// starts over from the base: the new path's size is its own (a frame resent larger
+    /// than the base is cut, as after a black hole).
     pub(crate) fn on_path_change(&mut self, now: Time) {
+        self.pmtu.on_path_change();
         let spacing = self.shared.sentinel_spacing;
         let (queued, stats) = (&mut self.queued, &mut self.stats);
         self.inflight.detect_losses(now, Duration::ZERO, Duration::ZERO, |q, id| {

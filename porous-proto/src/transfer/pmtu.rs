@@ -307,6 +307,19 @@ impl Discovery {
         if self.answered || now >= held.found_at + wait { self.fall_back() } else { false }
     }
 
+    /// The connection moved to a new address of its remote: a path of its own, whose size
+    /// nothing learnt so far says anything of. Back to the base, the losses and passes
+    /// forgotten, and a new search (when discovery is on).
+    pub(crate) fn on_path_change(&mut self) {
+        self.clear_run();
+        self.passed_at = None;
+        self.passed_size = 0;
+        if self.phase != Phase::Off {
+            self.current = self.base;
+            self.search();
+        }
+    }
+
     /// Forgets the losses counted so far.
     fn clear_run(&mut self) {
         self.lost_large = 0;
@@ -348,6 +361,30 @@ mod tests {
             }
         }
         (d.current(), now)
+    }
+
+    /// A move to a new address starts over: the size falls back to the base, a run of
+    /// losses of the old path waits for no verdict, and the search begins again at the
+    /// ceiling. With discovery off, nothing changes.
+    #[test]
+    fn a_path_change_starts_discovery_over_from_the_base() {
+        let t = Time::ZERO;
+        let mut d = Discovery::new(1200, 1452);
+        let (found, later) = search(&mut d, 1500, t);
+        assert_eq!(found, 1452);
+        for serial in 0..BLACK_HOLE_LOSSES {
+            d.on_large_lost(later, 1452, later, u64::from(serial));
+        }
+        assert!(d.held.is_some(), "a run of the old path waits for its verdict");
+        d.on_path_change();
+        assert_eq!(d.current(), 1200);
+        assert_eq!(d.wanted(), Some(1452), "a new search, from the ceiling");
+        let wait = Duration::from_millis(60);
+        assert!(!d.judge(later + 10 * wait, wait, |_| true), "the old path's losses are forgotten");
+        assert_eq!(d.counts().black_holes, 0);
+        let mut off = Discovery::new(1200, 1200);
+        off.on_path_change();
+        assert_eq!((off.current(), off.wanted()), (1200, None));
     }
 
     #[test]
