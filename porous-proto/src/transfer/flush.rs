@@ -494,7 +494,8 @@ impl Transfer {
             if unreliable_only && !m.is_unreliable_data() {
                 break;
             }
-            if RunContext::explicit_len(&m.as_wire()) > room {
+            let explicit_len = RunContext::explicit_len(&m.as_wire());
+            if explicit_len > room {
                 // Cut for a datagram size given up since (a black hole): whole granules
                 // that fit go first, the rest follows as the next message of its lane.
                 let Some((channel, added)) = self.queues.split_front(fits, granule) else { break };
@@ -506,7 +507,7 @@ impl Transfer {
             }
             let w = m.as_wire();
             let len = run.encoded_len(&w, ids.short_id(m.channel, m.id), false);
-            let exp = if m.is_reliable() { RunContext::explicit_len(&w) } else { 0 };
+            let exp = if m.is_reliable() { explicit_len } else { 0 };
             if used + len > budget || explicit + exp > room {
                 break;
             }
