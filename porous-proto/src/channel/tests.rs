@@ -446,8 +446,10 @@ fn eviction_drops_only_unreliable_data() {
 #[test]
 fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     let params = ChannelParams { window: 4, ack_spacing: 2 };
-    // 160-byte fragments (16 granules of 10 bytes).
-    let (send, recv) = pair(params, 0, 160);
+    // 96-byte fragments (16 granules of 6 bytes): the limit below, two 40-byte packets and
+    // a little, holds one 96-byte packet and not two queue slots, whatever a slot costs
+    // on the target (its size differs between 64-bit and 32-bit ones).
+    let (send, recv) = pair(params, 0, 96);
     let mut ch = Channel { index: 0, send, recv };
     let mut sink = Capture::default();
     // Each packet costs its bytes and a queue slot.
@@ -469,16 +471,16 @@ fn full_send_queues_refuse_reliable_data_and_drop_old_unreliable_data() {
     assert_eq!(ch.held(&sink), cost(40));
     // A packet larger than the whole limit is refused in every mode, whatever is queued,
     // with the largest size that could ever go: not a full queue to wait out.
-    // A 161-byte packet needs two queue slots, which do not fit.
-    let max = 160;
+    // A 97-byte packet needs two queue slots, which do not fit.
+    let max = 96;
     assert!(ch.send.cost(max) <= cap && ch.send.cost(max + 1) > cap);
     for mode in [SendMode::Reliable, SendMode::Unreliable, SendMode::Passive] {
         assert_eq!(ch.send(pk(packet(6, max + 1), mode), cap, &mut sink), Err(Refused::NeverFits { max }));
     }
     assert_eq!(ch.held(&sink), cost(40), "nothing was dropped for it");
     // Several fragments: each costs its queue slot.
-    assert_eq!(largest_fitting(3 * (160 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7, 160), 487);
-    assert_eq!(ch.send.cost(487), 3 * (160 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7);
+    assert_eq!(largest_fitting(3 * (96 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7, 96), 295);
+    assert_eq!(ch.send.cost(295), 3 * (96 + MESSAGE_OVERHEAD) + MESSAGE_OVERHEAD + 7);
 }
 
 /// An arbitrary run: packets of random modes and sizes over a network that loses,

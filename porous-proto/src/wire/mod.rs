@@ -83,8 +83,9 @@ pub const fn fragment_cut(mtu: usize, granule: usize) -> usize {
 /// [`MAX_GRANULES`] granules (at least what 65,536 fragments of that size held before
 /// fragments were counted in granules), and at most `u32::MAX` bytes.
 pub const fn max_packet(mtu: usize) -> usize {
-    let max = granule(mtu) * MAX_GRANULES as usize;
-    if max > u32::MAX as usize { u32::MAX as usize } else { max }
+    // In 64 bits: on a 32-bit target the product overflows `usize` at large sizes.
+    let max = granule(mtu) as u64 * MAX_GRANULES as u64;
+    if max > u32::MAX as u64 { u32::MAX as usize } else { max as usize }
 }
 
 /// Which key a datagram's check is computed with.
@@ -322,7 +323,7 @@ mod tests {
             assert!(fragment_payload(mtu) - GRANULES_PER_FRAGMENT * g < GRANULES_PER_FRAGMENT, "{mtu}");
             // Every packet size configs accepted with 65,536 fragments of the negotiated
             // size still fits the granule count.
-            let before = (fragment_payload(mtu) * 65_536).min(u32::MAX as usize);
+            let before = (fragment_payload(mtu) as u64 * 65_536).min(u64::from(u32::MAX)) as usize;
             assert!(max_packet(mtu) >= before, "{mtu}");
             assert!(max_packet(mtu).div_ceil(g) <= MAX_GRANULES as usize, "{mtu}");
         }
