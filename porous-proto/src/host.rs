@@ -927,7 +927,7 @@ impl Host {
     /// the host has a connection that could have moved (a host with none has nothing to
     /// gain from answering, and stays silent to what it cannot read).
     fn answer_unknown_path(&mut self, t: Time, from: SocketAddr, ty: u8, len: usize) {
-        let connection = ty & 0x80 == 0 || matches!(ty, 0x86..=0x89);
+        let connection = wire::key_class(ty) == KeyClass::Connection && ty != wire::T_MOVED;
         let connected = self.census.of(PeerState::Connected) + self.census.of(PeerState::Disconnecting);
         if !connection || len < wire::UNKNOWN_PATH_DATAGRAM || connected == 0 {
             return;

@@ -486,6 +486,14 @@ fn losses_are_judged_once_a_whole_batch_of_datagrams_is_handled() {
     assert_eq!((s.frames_acked, s.frames_lost, s.frames_resent), (2, 0, 0), "{s:?}");
 }
 
+/// Two transfers at 1,200 bytes under the spec's controller (which halves its window on
+/// a drop, unpaced), both starting at id 0.
+fn aimd_pair() -> (Transfer, Transfer) {
+    let mut c = cfg(1200);
+    c.congestion = CongestionControl::Aimd;
+    (Transfer::new(c.clone(), 0, 0), Transfer::new(c, 0, 0))
+}
+
 #[test]
 fn losses_that_prove_spurious_take_back_the_congestion_reaction() {
     // The spec's controller halves its window on a drop. The receiver's loop stalls
@@ -493,10 +501,7 @@ fn losses_that_prove_spurious_take_back_the_congestion_reaction() {
     // backlog acknowledges every first transmission, and the halving is taken back.
     let t0 = Time::ZERO;
     let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
-    let mut c = cfg(1200);
-    c.congestion = CongestionControl::Aimd;
-    let mut a = Transfer::new(c.clone(), 0, 0);
-    let mut b = Transfer::new(c, 0, 0);
+    let (mut a, mut b) = aimd_pair();
     let (mut ab, mut ba) = (Link::new(25 * MS, 0.0, 1), Link::new(25 * MS, 0.0, 2));
     let (mut before, mut lowest) = (0, usize::MAX);
     for step in 0..1_000u32 {
@@ -667,10 +672,7 @@ fn a_peer_that_holds_acknowledgements_for_its_own_tick_is_waited_for_whatever_th
 fn a_path_change_resends_the_flight_at_once_without_a_congestion_response() {
     let t0 = Time::ZERO;
     let (kab, kba) = (Key::connection(1, 2), Key::connection(2, 1));
-    let mut c = cfg(1200);
-    c.congestion = CongestionControl::Aimd;
-    let mut a = Transfer::new(c.clone(), 0, 0);
-    let mut b = Transfer::new(c, 0, 0);
+    let (mut a, mut b) = aimd_pair();
     for id in 0..4 {
         a.enqueue(Priority::High, message(0, id, SendMode::Reliable, 500));
     }
