@@ -58,8 +58,21 @@ struct Run {
 /// or nothing for a test of idle expiry that pauses the client instead). The run lasts
 /// `secs`, the last second without new messages.
 fn run(mode: Mode, seed: u64, kind: NatKind, idle: Duration, change: impl Fn(&mut Network), secs: u64) -> Run {
+    run_on(LinkConditions::perfect(25 * MS), mode, seed, kind, idle, change, secs)
+}
+
+/// [`run`] over links of `link` each way.
+fn run_on(
+    link: LinkConditions,
+    mode: Mode,
+    seed: u64,
+    kind: NatKind,
+    idle: Duration,
+    change: impl Fn(&mut Network),
+    secs: u64,
+) -> Run {
     let mut net = Network::new(seed);
-    net.set_default_link(LinkConditions::perfect(25 * MS));
+    net.set_default_link(link);
     let start = net.now();
     let config = HostConfig::default();
     net.add_host(server(), mode.server(config.clone(), server(), start)).unwrap();
@@ -205,9 +218,10 @@ fn a_rebound_client_keeps_its_connection_in_both_modes() {
                 gap.as_secs_f64() * 1e3,
             );
             assert!(sent <= received, "{mode:?}: amplification, {sent} B sent for {received} B received");
-            // One round trip (50 ms) for the challenge, and the way to the client (25 ms):
-            // what went to the old address meanwhile is resent at the move.
-            assert!(stall <= 80 * MS, "{mode:?} {kind:?}: a stall of {stall:?}");
+            // At most one round trip (50 ms): the client's newest frames come from the new
+            // address, so the server resends what went to the old one there at once, within
+            // the bytes the client's datagrams pay for, while the challenge is under way.
+            assert!(stall <= 50 * MS, "{mode:?} {kind:?}: a stall of {stall:?}");
         }
     }
 }
@@ -260,31 +274,41 @@ fn a_mapping_that_expires_while_idle_is_survived() {
     }
 }
 
-/// Over seeds and both modes, with a rebinding or a move to another IP at 1 s: exactly
-/// once and in order both ways, never more bytes to the new address than came from it, and
-/// a stall of at most a round trip and a half.
+/// Over seeds and both modes, with a rebinding or a move to another IP at 1 s, over
+/// perfect links or links that lose 5% and jitter 5 ms each way: exactly once and in order
+/// both ways, never more bytes to the new address than came from it, and on perfect links a
+/// stall of at most one round trip (rebinding) or one and a half (another IP).
 #[test]
 fn quickcheck_rebinding_over_seeds() {
-    fn prop(seed: u64, secure: bool, other_network: bool) -> TestResult {
+    fn prop(seed: u64, secure: bool, other_network: bool, lossy: bool) -> TestResult {
         let mode = if secure { Mode::Secure } else { Mode::Plain };
         let kind = NatKind::AddressDependent;
-        let r = if other_network {
-            run(mode, seed, kind, Duration::from_secs(30), move_ip(kind), 4)
+        let link = if lossy {
+            let mut l = LinkConditions::perfect(25 * MS);
+            (l.loss, l.jitter) = (0.05, 5 * MS);
+            l
         } else {
-            run(mode, seed, kind, Duration::from_secs(30), rebind, 4)
+            LinkConditions::perfect(25 * MS)
+        };
+        let idle = Duration::from_secs(30);
+        let r = if other_network {
+            run_on(link, mode, seed, kind, idle, move_ip(kind), 4)
+        } else {
+            run_on(link, mode, seed, kind, idle, rebind, 4)
         };
         if r.disconnected || r.changes.len() != 1 {
-            return TestResult::error(format!("{mode:?} seed {seed}: {:?}", r.changes));
+            return TestResult::error(format!("{mode:?} seed {seed} lossy {lossy}: {:?}", r.changes));
         }
         let (stall, sent, received) = measure(&r);
+        let bound = if other_network { 80 * MS } else { 50 * MS };
         TestResult::from_bool(
             in_order(&r.at_server, r.sent_by_client)
                 && in_order(&r.at_client, r.sent_by_server)
                 && sent <= received
-                && stall <= 80 * MS,
+                && (lossy || stall <= bound),
         )
     }
-    QuickCheck::new().tests(16).quickcheck(prop as fn(u64, bool, bool) -> TestResult);
+    QuickCheck::new().tests(24).quickcheck(prop as fn(u64, bool, bool, bool) -> TestResult);
 }
 
 /// A connected client behind a NAT and the server, 50 ms apart, the tap on; the client's
@@ -403,6 +427,76 @@ fn a_replayed_or_forged_datagram_from_a_third_address_moves_nothing() {
             "{mode:?}: only unknown paths go to another IP"
         );
         assert_eq!(net.host(server()).stats().address_changes, 0);
+    }
+}
+
+/// An attacker on the path races a copy of the client's datagrams from an address of its
+/// own, arriving before the genuine ones. The server takes the copy's frame for the
+/// client's newest and routes its datagrams there ahead of validation (as for a rebinding),
+/// within what came from there. One copy: the client's next frame, from its address, ends
+/// the routing. A copy of every datagram: the challenge goes unanswered and the routing
+/// ends two resend timeouts later; no probe routes again for a while. Either way the
+/// connection stays, delivery goes on exactly once and in order, and the attacker's
+/// address gets no more bytes than it sent.
+#[test]
+fn copies_raced_from_a_third_address_hold_the_data_for_two_resend_timeouts_at_most() {
+    for (mode, every) in [(Mode::Plain, false), (Mode::Plain, true), (Mode::Secure, false), (Mode::Secure, true)] {
+        let (mut net, c, s, public) = connected(mode, 5);
+        exchange(&mut net, (c, s), 200 * MS);
+        let third = SocketAddr::new(public.ip(), public.port() + 100);
+        // The attacker's copies take 5 ms to the server, the client's own datagrams 25.
+        net.set_link(third, server(), LinkConditions::perfect(5 * MS));
+        net.drain_tap().for_each(drop);
+        let rto_before = net.host(server()).peer_stats(s).unwrap().rto;
+        let (mut records, mut raced) = (Vec::new(), 0);
+        let (mut at_client, mut at_server) = (Vec::new(), Vec::new());
+        for i in 0..40u32 {
+            net.host_mut(client()).send(c, 0, Bytes::from(i.to_le_bytes().to_vec()), SendMode::Reliable).unwrap();
+            net.host_mut(server()).send(s, 0, Bytes::from(i.to_le_bytes().to_vec()), SendMode::Reliable).unwrap();
+            net.run_for(10 * MS, |net| {
+                at_client.extend(std::iter::from_fn(|| net.poll_event(client())));
+                at_server.extend(std::iter::from_fn(|| net.poll_event(server())));
+            });
+            for r in net.drain_tap().collect::<Vec<_>>() {
+                // A datagram carrying a frame (type byte 0b01xx_xxxx).
+                if r.from == public && r.payload[0] & 0xC0 == 0x40 && (every || raced == 0) {
+                    net.inject(third, server(), r.payload.clone());
+                    raced += 1;
+                }
+                records.push(r);
+            }
+        }
+        let (c2, s2) = exchange(&mut net, (c, s), 500 * MS);
+        at_client.extend(c2);
+        at_server.extend(s2);
+        records.extend(net.drain_tap());
+        let data_to_third: Vec<Duration> =
+            records.iter().filter(|r| r.to == third && r.payload[0] & 0x80 == 0).map(|r| r.sent).collect();
+        if every {
+            assert!(!data_to_third.is_empty(), "{mode:?}: the server routed to the copies' address");
+            // The deadline follows the resend timeout, which the attack does not raise much.
+            let rto = rto_before.max(net.host(server()).peer_stats(s).unwrap().rto);
+            let span = data_to_third.last().unwrap().saturating_sub(*data_to_third.first().unwrap());
+            eprintln!("{mode:?}: routed for {span:?} (resend timeout {rto_before:?} before, {rto:?} at most)");
+            assert!(span <= 2 * rto + 10 * MS, "{mode:?}: routed for {span:?} (resend timeout {rto:?})");
+        }
+        assert!(!at_server.iter().any(|e| matches!(e, Event::AddressChanged { .. })), "{mode:?}: {at_server:?}");
+        assert_eq!(net.host(server()).remote_addr(s), Some(public), "{mode:?}");
+        for (events, who) in [(&at_client, "client"), (&at_server, "server")] {
+            let got: Vec<u32> = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Received { data, .. } if data.len() == 4 => {
+                        Some(u32::from_le_bytes(data[..4].try_into().unwrap()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(got, (0..40).collect::<Vec<_>>(), "{mode:?} every={every}: at the {who}, once and in order");
+        }
+        let (sent, got) = tapped_bytes(&records, third);
+        assert!(sent <= got, "{mode:?}: {sent} B to the third address for {got} B from it");
+        stays_at(&mut net, (c, s), public, mode);
     }
 }
 

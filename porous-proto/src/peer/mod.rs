@@ -671,6 +671,21 @@ impl Peer {
     /// does not decode is counted and its error returned.
     #[inline]
     pub(crate) fn handle(&mut self, now: Time, input: Input<'_>, out: &mut Outputs) -> Result<(), wire::DecodeError> {
+        if self.path.as_ref().is_none_or(|p| p.routed().is_none()) {
+            return self.act(now, input, out);
+        }
+        // The remote's newest frame from its validated address: that address receives
+        // after all, and the probed one does not get the connection's data.
+        let newest = self.newest_received();
+        let result = self.act(now, input, out);
+        if self.newest_received() != newest {
+            self.unroute(now);
+        }
+        result
+    }
+
+    /// Acts on a datagram or request of this peer, wherever it came from.
+    fn act(&mut self, now: Time, input: Input<'_>, out: &mut Outputs) -> Result<(), wire::DecodeError> {
         match input {
             Input::Control(control) => {
                 self.on_control(now, control, out);
@@ -790,8 +805,9 @@ impl Peer {
     /// Acts on a datagram of this connection (opened by [`Peer::open_elsewhere`]) that
     /// came from `from`, not the peer's address, `len` bytes long. It is acted on as any
     /// other (its packets delivered); a datagram other than a path challenge or response
-    /// makes `from` the address to validate, with a challenge drawn from `fresh`. The
-    /// echo of that challenge from `from` moves the connection there.
+    /// makes `from` the address to validate, with a challenge drawn from `fresh`, and
+    /// routes the connection's datagrams there when it carries the remote's newest frame.
+    /// The echo of that challenge from `from` moves the connection there.
     pub(crate) fn handle_from(
         &mut self,
         now: Time,
@@ -809,6 +825,7 @@ impl Peer {
         if let Some(p) = path.probe.as_mut().filter(|p| p.addr == from) {
             p.received += len as u64;
         }
+        let newest = self.newest_received();
         let result = match input {
             Input::Control(c @ (Control::PathChallenge { .. } | Control::PathResponse { .. })) => {
                 if let State::Connected { last_recv, .. } | State::Disconnecting { last_recv, .. } = &mut self.state {
@@ -821,10 +838,49 @@ impl Peer {
                 }
                 Ok(())
             }
-            other => self.handle(now, other, out),
+            other => self.act(now, other, out),
         };
+        if !probing && self.newest_received() != newest {
+            self.route(now, from);
+        }
         self.challenge(now, out);
         result
+    }
+
+    /// One past the newest frame received, once connected.
+    fn newest_received(&self) -> Option<u32> {
+        self.state.session().map(|s| s.transfer.newest_received())
+    }
+
+    /// Routes the connection's datagrams to the probe at `from`, which the remote's newest
+    /// frame came from. What is in flight went to the old address: it is resent.
+    fn route(&mut self, now: Time, from: SocketAddr) {
+        let Self { path: Some(path), state, .. } = self else { return };
+        if !path.may_route(now) {
+            return;
+        }
+        let Some(session) = state.session_mut() else { return };
+        let Some(p) = path.probe.as_mut().filter(|p| p.addr == from && p.routed.is_none()) else { return };
+        p.routed = Some(now);
+        session.transfer.on_path_change(now);
+    }
+
+    /// Ends the routing to the probe, if there is one: what went there is resent to the
+    /// validated address.
+    fn unroute(&mut self, now: Time) {
+        let Self { path: Some(path), state, .. } = self else { return };
+        if path.unroute(now)
+            && let Some(session) = state.session_mut()
+        {
+            session.transfer.on_path_change(now);
+        }
+    }
+
+    /// When a routing left unanswered ends: two resend timeouts after it began (one lost
+    /// challenge is resent within that).
+    fn route_deadline(&self) -> Option<Time> {
+        let since = self.path.as_ref()?.routed()?.routed?;
+        Some(since + 2 * self.state.session()?.transfer.rto())
     }
 
     /// The address being validated, if any.
@@ -863,11 +919,12 @@ impl Peer {
     /// flight went to the old address and is resent to the new one at once.
     fn move_to(&mut self, now: Time, to: SocketAddr, out: &mut Outputs) {
         let path = self.path.get_or_insert_with(Box::default);
+        let routed_here = path.routed().is_some_and(|p| p.addr == to);
         path.probe = None;
         path.moved_at = Some(now);
         let old = std::mem::replace(&mut self.remote, to);
         if old != to {
-            if let Some(session) = self.state.session_mut() {
+            if !routed_here && let Some(session) = self.state.session_mut() {
                 session.transfer.on_path_change(now);
             }
             out.event(Event::AddressChanged { peer: self.id, old, new: to });
@@ -909,10 +966,15 @@ impl Peer {
         self.move_to(now, from, out);
     }
 
+    /// Bytes of a path challenge (or its echo) on the wire.
+    fn challenge_size(&self) -> usize {
+        let extra = if self.keys.secure().is_some() { wire::secure::TAG_LEN } else { 0 };
+        wire::PATH_DATAGRAM + extra
+    }
+
     /// Sends the probe's challenge, if one may go now.
     fn challenge(&mut self, now: Time, out: &mut Outputs) {
-        let extra = if self.keys.secure().is_some() { wire::secure::TAG_LEN } else { 0 };
-        let size = wire::PATH_DATAGRAM + extra;
+        let size = self.challenge_size();
         let resend = self.state.session().map_or(self.settings.config.connect_retry, |s| s.transfer.rto());
         let Self { path: Some(path), state, .. } = self else { return };
         let Some(p) = path.probe.as_mut() else { return };
@@ -1192,16 +1254,27 @@ impl Peer {
         now.saturating_duration_since(last_recv) >= self.timeout.get()
     }
 
+    /// Sends what the connection has to send: to its address, or to the probe it is
+    /// routed to within what the probe's address may still get.
     fn flush(&mut self, now: Time, out: &mut Outputs) {
+        if self.route_deadline().is_some_and(|t| now >= t) {
+            self.unroute(now);
+        }
+        let challenge = self.challenge_size();
+        let Self { state, path, remote, .. } = self;
         let (State::Connected { session, conn, .. }
         | State::Disconnecting { closing: Closing::Flushing { session, .. }, conn, .. }
-        | State::Disconnecting { closing: Closing::Requesting { session: Some(session), .. }, conn, .. }) =
-            &mut self.state
+        | State::Disconnecting { closing: Closing::Requesting { session: Some(session), .. }, conn, .. }) = state
         else {
             return;
         };
-        let (arena, emit) = out.datagrams(self.remote);
-        session.flush(now, arena, conn.sealing(), emit);
+        let routed = path.as_mut().and_then(|p| p.probe.as_mut()).filter(|p| p.routed.is_some());
+        let (to, limit) = routed.as_ref().map_or((*remote, u64::MAX), |p| (p.addr, p.allowance(challenge)));
+        let (arena, emit) = out.datagrams(to);
+        let sent = session.flush(now, arena, conn.sealing(), limit, emit);
+        if let Some(p) = routed {
+            p.sent += sent;
+        }
     }
 
     /// How a graceful disconnection ends: `Local` when everything sent was acknowledged,
@@ -1298,14 +1371,19 @@ impl Peer {
         };
         // No "send now" row: this runs right after a flush that sent all it could; new
         // chances come as input (which marks the peer) or as these timers.
+        let route_deadline = self.route_deadline();
+        // Routed to an address not yet validated, what is due and did not go waits for
+        // bytes from there (input) or the routing's end, not for a timer.
+        let ahead = |at: Option<Time>| at.filter(|&at| route_deadline.is_none() || at > now);
         if let Some(s) = session {
-            t.set(Timer::Loss, s.transfer.loss_deadline());
-            t.set(Timer::Ping, s.transfer.ping_deadline());
-            t.set(Timer::Pacing, s.transfer.pacing_deadline());
-            t.set(Timer::Probe, s.transfer.probe_deadline());
-            t.set(Timer::Ack, s.transfer.ack_deadline());
-            t.set(Timer::Mtu, s.transfer.mtu_deadline());
+            t.set(Timer::Loss, ahead(s.transfer.loss_deadline()));
+            t.set(Timer::Ping, ahead(s.transfer.ping_deadline()));
+            t.set(Timer::Pacing, ahead(s.transfer.pacing_deadline()));
+            t.set(Timer::Probe, ahead(s.transfer.probe_deadline()));
+            t.set(Timer::Ack, ahead(s.transfer.ack_deadline()));
+            t.set(Timer::Mtu, ahead(s.transfer.mtu_deadline()));
         }
+        t.set(Timer::Path, route_deadline);
         t.next()
     }
 

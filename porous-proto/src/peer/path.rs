@@ -5,17 +5,22 @@
 //!
 //! - A datagram of the connection (verified with its keys before anything here sees it)
 //!   from a new address of one of the host's peers' IPs starts a [`Probe`] there: a path
-//!   challenge the address must echo. The connection keeps sending to its validated
-//!   address meanwhile; only the challenge goes to the new one, and only while the bytes
-//!   sent there stay within the bytes received from there. The echo, arriving from the
-//!   probed address, moves the connection.
+//!   challenge the address must echo. The echo, arriving from the probed address, moves
+//!   the connection. Meanwhile the connection keeps sending to its validated address,
+//!   unless the remote's newest frames arrive from the probed one (a NAT rebound its
+//!   mapping, and the old address likely receives nothing now): then its datagrams are
+//!   *routed* to the probed address, as many bytes as came from there (less a challenge's
+//!   room), and what does not fit waits for more. A routed probe left unanswered for two
+//!   resend timeouts, or the newest frames arriving from the validated address again,
+//!   ends the routing, and no probe routes for [`ROUTE_PAUSE`] after: a copy raced from
+//!   another address by an on-path attacker holds the connection's data that long once.
 //! - A datagram from an IP the host knows no peer of gets an *unknown path* answer with a
 //!   [`PathCookies`] cookie bound to that address and the time; the remote answers a
 //!   *moved* naming the connection and echoing the cookie, keyed with the connection. The
 //!   echo proves the address receives, so the moved moves the connection at once.
 //!
-//! Invariants: `sent <= received` for the probe's address at all times (nothing else
-//! leaves for it before it is validated); a probe moves the connection only on the echo
+//! Invariants: `sent <= received` for the probe's address at all times (the challenge,
+//! the echoes and the routed datagrams are all counted); a probe moves the connection only on the echo
 //! of its own challenge from its own address, and a moved only with a cookie issued to the
 //! address it came from after the connection's latest move, so a datagram from an address
 //! that does not receive (a late one from an address the remote left, a replay from a
@@ -34,6 +39,11 @@ use crate::wire::{PATH_COOKIE_LEN, PathCookie};
 /// game plays over, short enough that an old cookie seen on the path is soon useless.
 pub(crate) const PATH_COOKIE_LIFETIME: Duration = Duration::from_secs(10);
 
+/// How long no probe routes the connection's datagrams after a routed one ended
+/// unvalidated: a remote that truly moved is still validated meanwhile, only without
+/// data before its echo.
+pub(crate) const ROUTE_PAUSE: Duration = Duration::from_secs(10);
+
 /// A peer's address-change state (boxed in the peer: rare, and the slot's size is every
 /// active peer's cost).
 #[derive(Debug, Default)]
@@ -45,6 +55,29 @@ pub(crate) struct Path {
     /// When this side last answered an unknown path with a moved (at most one a round
     /// trip: each costs more bytes than the unknown path that asked for it).
     pub(crate) moved_sent: Option<Time>,
+    /// Until when no probe is routed to (see the module docs).
+    pub(crate) route_paused_until: Option<Time>,
+}
+
+impl Path {
+    /// The probe the connection's datagrams go to, if they go to one.
+    pub(crate) fn routed(&self) -> Option<&Probe> {
+        self.probe.as_ref().filter(|p| p.routed.is_some())
+    }
+
+    /// Whether a probe may start routing at `now`.
+    pub(crate) fn may_route(&self, now: Time) -> bool {
+        self.route_paused_until.is_none_or(|t| now >= t)
+    }
+
+    /// Ends the routing to the probe, if there was one (which stays, to be validated), and
+    /// pauses routing. Returns whether the connection's datagrams went to the probe.
+    pub(crate) fn unroute(&mut self, now: Time) -> bool {
+        let Some(p) = self.probe.as_mut().filter(|p| p.routed.is_some()) else { return false };
+        p.routed = None;
+        self.route_paused_until = Some(now + ROUTE_PAUSE);
+        true
+    }
 }
 
 /// The host's path cookies: a 32-bit SipHash-2-4 MAC, keyed with the host's secret, over
@@ -121,11 +154,19 @@ pub(crate) struct Probe {
     pub(crate) sent: u64,
     /// When the latest challenge went, if one did.
     pub(crate) last_sent: Option<Time>,
+    /// Since when the connection's datagrams go to `addr` ahead of its echo.
+    pub(crate) routed: Option<Time>,
 }
 
 impl Probe {
     pub(crate) fn new(addr: SocketAddr, challenge: u64) -> Self {
-        Self { addr, challenge, received: 0, sent: 0, last_sent: None }
+        Self { addr, challenge, received: 0, sent: 0, last_sent: None, routed: None }
+    }
+
+    /// Bytes the connection's datagrams may still take to `addr`: what came from there,
+    /// less what went and the room of a `challenge` (a resend must still fit).
+    pub(crate) fn allowance(&self, challenge: usize) -> u64 {
+        self.received.saturating_sub(self.sent + challenge as u64)
     }
 
     /// Whether a challenge of `size` bytes may go now: within what `addr` sent, and the
@@ -187,5 +228,26 @@ mod tests {
         assert!(p.may_challenge(t0 + Duration::from_millis(100), 13, Duration::from_millis(100)));
         p.challenged(t0, 13);
         assert!(p.sent <= p.received);
+    }
+
+    #[test]
+    fn a_routing_spends_what_came_less_a_challenge_and_its_end_pauses_routing() {
+        let mut p = Probe::new("10.0.0.1:1".parse().unwrap(), 7);
+        (p.received, p.sent) = (100, 13);
+        assert_eq!(p.allowance(13), 74);
+        p.sent = 95;
+        assert_eq!(p.allowance(13), 0, "never below nothing");
+        let t0 = Time::from_nanos(0) + Duration::from_secs(1);
+        let mut path = Path { probe: Some(p), ..Path::default() };
+        assert!(path.routed().is_none() && !path.unroute(t0), "nothing routed, nothing paused");
+        assert!(path.may_route(t0));
+        if let Some(p) = path.probe.as_mut() {
+            p.routed = Some(t0);
+        }
+        assert!(path.routed().is_some());
+        assert!(path.unroute(t0), "it was routed");
+        assert!(path.routed().is_none() && path.probe.is_some(), "the probe stays, to be validated");
+        assert!(!path.may_route(t0 + ROUTE_PAUSE - Duration::from_millis(1)));
+        assert!(path.may_route(t0 + ROUTE_PAUSE));
     }
 }

@@ -173,33 +173,40 @@ impl Session {
         self.channels.receive(msgs, &admission, datagram, &mut self.transfer, deliver);
     }
 
-    /// Runs timers and writes every datagram the windows allow now: checked with the
-    /// session's key, or in secure mode sealed with `sealing`'s cipher, each with the next
-    /// value of its counter.
+    /// Runs timers and writes every datagram the windows allow now, `limit` bytes in all at
+    /// most: checked with the session's key, or in secure mode sealed with `sealing`'s
+    /// cipher, each with the next value of its counter. Returns the bytes written.
     pub(crate) fn flush(
         &mut self,
         now: Time,
         arena: &mut Arena,
         mut sealing: Option<(&AeadKey, &mut u64)>,
+        limit: u64,
         mut emit: impl FnMut(Bytes),
-    ) {
+    ) -> u64 {
         self.transfer.on_timeout(now);
         self.channels.queue_window_acks(&mut self.transfer);
+        let mut sent = 0;
         loop {
             let out = arena.room(self.mtu);
             let key = match &sealing {
                 Some((_, counter)) => Key::unsealed(**counter),
                 None => self.send_key.key(),
             };
-            let Some(mut n) = self.transfer.poll_datagram(now, key, &self.channels, out) else { break };
+            // The key's extra bytes ride beyond what the transfer layer counts.
+            let left = usize::try_from(limit - sent).unwrap_or(usize::MAX).saturating_sub(key.extra_len());
+            let Some(mut n) = self.transfer.poll_datagram_within(now, key, &self.channels, left, out) else { break };
             if let Some((cipher, counter)) = &mut sealing {
                 let tag = out.get_mut(..n).map(|d| cipher.seal_datagram(**counter, d));
                 out.extend_from_slice(&tag.unwrap_or_default());
                 n += TAG_LEN;
                 **counter += 1;
             }
+            sent += n as u64;
+            debug_assert!(sent <= limit, "{sent} bytes sent within a limit of {limit}");
             emit(out.split_to(n).freeze());
         }
+        sent
     }
 
     /// Whether every packet sent has been handed over and acknowledged (or, unreliable,

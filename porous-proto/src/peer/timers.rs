@@ -32,12 +32,14 @@ pub(crate) enum Timer {
     Ack,
     /// Path MTU discovery: a probe's echo is overdue, or a search starts again.
     Mtu,
+    /// A routing to an address not yet validated ends unanswered.
+    Path,
     /// The peer is a zombie: delete it now.
     Delete,
 }
 
 impl Timer {
-    const COUNT: usize = 11;
+    const COUNT: usize = 12;
 
     const fn index(self) -> usize {
         self as usize

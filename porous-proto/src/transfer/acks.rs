@@ -175,7 +175,6 @@ impl Receiver {
     }
 
     /// One past the newest frame received.
-    #[cfg(any(test, feature = "arbitrary"))]
     pub(crate) fn base(&self) -> u32 {
         self.i_b
     }

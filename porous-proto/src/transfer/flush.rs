@@ -5,7 +5,10 @@
 //! to go ([`Due`]); a path MTU probe instead, when one is due; the acknowledgement ranges
 //! ([`AckSection`]); the frame, where the pacer lets one go ([`Gate`], [`Plan`]); how the
 //! ranges share the datagram with it ([`AckFit`]); then the datagram is written and what
-//! went is recorded. Invariants: a datagram never exceeds the MTU in use; due
+//! went is recorded. A datagram may be planned for a limit below the MTU in use (an
+//! address not yet validated gets no more than it sent): what does not fit waits, it is
+//! not cut for the limit. Invariants: a datagram never exceeds the MTU in use nor its
+//! limit; due
 //! acknowledgements ride with the frame or go alone before it; a frame counts as sent
 //! (its time, its pacing, its stats) only once its datagram is written.
 
@@ -151,6 +154,7 @@ impl Transfer {
 
     /// Writes the next datagram of this flush into `out`, returning its length, or `None`
     /// when there is nothing (more) to send now.
+    #[cfg(test)]
     pub(crate) fn poll_datagram<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         now: Time,
@@ -158,13 +162,32 @@ impl Transfer {
         ids: &impl IdPolicy,
         out: &mut B,
     ) -> Option<usize> {
+        self.poll_datagram_within(now, key, ids, usize::MAX, out)
+    }
+
+    /// [`Transfer::poll_datagram`] for a datagram of at most `limit` bytes before the
+    /// key's extra (an address not yet validated may get no more than it sent). What does
+    /// not fit waits rather than being cut for the limit: a lost frame larger than it is
+    /// resent once the limit allows (nothing newer goes before it), queued messages stay
+    /// queued, and no path MTU probe goes.
+    pub(crate) fn poll_datagram_within<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
+        &mut self,
+        now: Time,
+        key: Key,
+        ids: &impl IdPolicy,
+        limit: usize,
+        out: &mut B,
+    ) -> Option<usize> {
+        let size = self.pmtu.current().min(limit);
         let due = self.due(now);
         let rate = self.cc.pacing_rate();
         if let Some(rate) = rate {
             self.pacer.refill(now, rate, pacing::depth(rate, self.rtt.step(), self.mtu));
         }
         self.pacing_wait = None;
-        if let Some(len) = self.send_mtu_probe(now, key, rate.is_some(), out) {
+        if size == self.pmtu.current()
+            && let Some(len) = self.send_mtu_probe(now, key, rate.is_some(), out)
+        {
             return Some(len);
         }
         // Every flush ends with a call that sends nothing: it is answered before the
@@ -174,10 +197,13 @@ impl Transfer {
             self.delivery.on_app_limited(self.inflight.flight());
             return None;
         }
+        if size <= FRAME_OVERHEAD_MAX {
+            return None; // not even an acknowledgement fits the limit yet.
+        }
         let mut ranges: SmallVec<[AckRange; MAX_RANGES]> = SmallVec::new();
-        let section = self.ack_section(now, due.acks, &mut ranges);
-        let plan = self.choose_frame(now, ids, rate, if due.acks { section.len } else { 0 });
-        let room = (self.pmtu.current() - FRAME_OVERHEAD_MAX).saturating_sub(plan.msgs_len());
+        let section = self.ack_section(now, due.acks, size, &mut ranges);
+        let plan = self.choose_frame(now, ids, rate, if due.acks { section.len } else { 0 }, size);
+        let room = (size - FRAME_OVERHEAD_MAX).saturating_sub(plan.msgs_len());
         let (plan, sent, acks_alone) = match fit_acks(&ranges, section, room, due.acks) {
             AckFit::All => (plan, ranges.len(), false),
             AckFit::Alone => (Plan::NoFrame, ranges.len(), plan.frame().is_some()),
@@ -188,8 +214,14 @@ impl Transfer {
             return None;
         }
         let acks = ranges.get(..sent).unwrap_or_default();
+        if plan.frame().is_none() && acks.is_empty() && !due.keepalive && !due.echo_urgent {
+            // Acknowledgements due, none of which fits the limit: they wait for it.
+            self.hold(now);
+            return None;
+        }
         let parts = Parts { plan, acks, ack_delay: section.delay, keepalive: due.keepalive };
         let written = self.write(now, key, ids, parts, out);
+        debug_assert!(written.len <= size + key.extra_len(), "a datagram of {} bytes", written.len);
         self.record(now, written, due.acks);
         Some(written.len)
     }
@@ -213,31 +245,38 @@ impl Transfer {
     }
 
     /// Gathers into `ranges` the acknowledgement ranges to send, newest first: when some
-    /// are due, or repeats are left to send.
-    fn ack_section(&self, now: Time, acks_due: bool, ranges: &mut SmallVec<[AckRange; MAX_RANGES]>) -> AckSection {
+    /// are due, or repeats are left to send. They fit a datagram of `size` alone.
+    fn ack_section(
+        &self,
+        now: Time,
+        acks_due: bool,
+        size: usize,
+        ranges: &mut SmallVec<[AckRange; MAX_RANGES]>,
+    ) -> AckSection {
         // The delay field rides with any acknowledgement: its bytes count wherever the
         // section's do.
         let delay = self.receiver.ack_delay(now);
         let delay_len = ack_delay_len(delay);
         if acks_due || self.receiver.has_repeats() {
             // Never more than an acknowledgement alone can carry at this connection's size.
-            self.receiver.ranges_to_send(ranges, self.mtu - FRAME_OVERHEAD_MAX - delay_len);
+            let room = self.mtu.min(size).saturating_sub(FRAME_OVERHEAD_MAX + delay_len);
+            self.receiver.ranges_to_send(ranges, room);
         }
         let len = if ranges.is_empty() { 0 } else { crate::wire::ack_section_len(ranges) + delay_len };
         AckSection { delay, delay_len, len }
     }
 
     /// Chooses the datagram's frame: a lost frame's resend first, else a new frame from
-    /// the queues, either only where the pacer lets it go. A new frame leaves `reserve`
-    /// bytes for the due acknowledgements.
-    fn choose_frame(&mut self, now: Time, ids: &impl IdPolicy, rate: Option<u64>, reserve: usize) -> Plan {
+    /// the queues, either only where the pacer lets it go, in a datagram of `size`. A new
+    /// frame leaves `reserve` bytes for the due acknowledgements.
+    fn choose_frame(&mut self, now: Time, ids: &impl IdPolicy, rate: Option<u64>, reserve: usize, size: usize) -> Plan {
         let resend =
             self.inflight.first_resendable(self.cc.window()).filter(|_| self.may_transmit()).map(|f| (f.id, f.msgs()));
         match self.pacing_gate(now, rate, resend.is_some()) {
             Gate::Closed => Plan::NoFrame,
             gate => match resend {
-                Some((id, range)) => self.plan_resend(id, &range, ids),
-                None if self.can_open_frame(now) => self.plan_new(now, ids, reserve, gate == Gate::Urgent),
+                Some((id, range)) => self.plan_resend(id, &range, ids, size),
+                None if self.can_open_frame(now) => self.plan_new(now, ids, reserve, gate == Gate::Urgent, size),
                 None => Plan::NoFrame,
             },
         }
@@ -261,10 +300,14 @@ impl Transfer {
         Gate::Closed
     }
 
-    /// Resends lost frame `id` (its messages at `range`), cut to the size in use.
-    fn plan_resend(&mut self, id: u32, range: &Range<u64>, ids: &impl IdPolicy) -> Plan {
+    /// Resends lost frame `id` (its messages at `range`), cut to the size in use; none
+    /// when it does not fit a `size` below that (a limit that grows soon).
+    fn plan_resend(&mut self, id: u32, range: &Range<u64>, ids: &impl IdPolicy, size: usize) -> Plan {
         let room = self.pmtu.current() - FRAME_OVERHEAD_MAX;
         let mut len = self.messages_len(range, ids);
+        if len > size - FRAME_OVERHEAD_MAX && size < self.pmtu.current() {
+            return Plan::NoFrame;
+        }
         if len > room {
             // Sent at a size path MTU discovery has since given up: what does not fit
             // now goes back to the queue, to travel in frames of the size that passes.
@@ -274,12 +317,13 @@ impl Transfer {
         Plan::Resend { id, len }
     }
 
-    /// Assembles a new frame (of unreliable data only, when `urgent`) inside the room the
-    /// size in use, the `reserve` for due acknowledgements and the congestion window leave.
-    fn plan_new(&mut self, now: Time, ids: &impl IdPolicy, reserve: usize, urgent: bool) -> Plan {
+    /// Assembles a new frame (of unreliable data only, when `urgent`) inside the room a
+    /// datagram of `size`, the `reserve` for due acknowledgements and the congestion
+    /// window leave. Messages are cut (and checked for a resend) at the size in use.
+    fn plan_new(&mut self, now: Time, ids: &impl IdPolicy, reserve: usize, urgent: bool, size: usize) -> Plan {
         let room = self.pmtu.current() - FRAME_OVERHEAD_MAX;
         let window = self.cc.window().saturating_sub(self.inflight.flight() + FRAME_BASE);
-        let budget = room.saturating_sub(reserve).min(window);
+        let budget = (size.min(self.pmtu.current()) - FRAME_OVERHEAD_MAX).saturating_sub(reserve).min(window);
         match self.assemble(now, ids, budget, room, urgent) {
             Some((id, len)) => Plan::New { id, len },
             None => Plan::NoFrame,
@@ -637,6 +681,8 @@ mod tests {
     use bytes::{Bytes, BytesMut};
 
     const T0: Time = Time::ZERO;
+    /// A datagram size no limit lowers.
+    const NO_LIMIT: usize = usize::MAX;
 
     fn key() -> Key {
         Key::connection(1, 2)
@@ -672,13 +718,13 @@ mod tests {
         let due = b.due(T0);
         assert!(due.acks, "{due:?}");
         let mut ranges = SmallVec::new();
-        let section = b.ack_section(T0 + MS, due.acks, &mut ranges);
+        let section = b.ack_section(T0 + MS, due.acks, NO_LIMIT, &mut ranges);
         assert_eq!(ranges.as_slice(), &[AckRange { first: k, last: k }]);
         assert_eq!(section.delay, b.receiver.ack_delay(T0 + MS));
         assert_eq!(section.len, crate::wire::ack_section_len(&ranges) + section.delay_len);
         let fresh = Transfer::new(cfg(1200), 0, 0);
         let mut none = SmallVec::new();
-        assert_eq!(fresh.ack_section(T0, false, &mut none).len, 0);
+        assert_eq!(fresh.ack_section(T0, false, NO_LIMIT, &mut none).len, 0);
         assert!(none.is_empty());
     }
 
@@ -720,14 +766,14 @@ mod tests {
         let mut t = Transfer::new(cfg(1200), 0, 0);
         t.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 500));
         t.enqueue(Priority::High, message(0, 2, SendMode::Reliable, 500));
-        let Plan::New { id, len } = t.plan_new(T0, &Wide, 300, false) else { panic!("a frame") };
+        let Plan::New { id, len } = t.plan_new(T0, &Wide, 300, false, NO_LIMIT) else { panic!("a frame") };
         assert_eq!(t.messages_len(&t.inflight.get(id).map(Frame::msgs).unwrap_or_default(), &Wide), len);
         assert!(len <= 1200 - FRAME_OVERHEAD_MAX - 300 && t.queued_messages() == 1, "one message fits beside {len}");
-        let Plan::New { len: both, .. } = t.plan_new(T0, &Wide, 0, false) else { panic!("a frame") };
+        let Plan::New { len: both, .. } = t.plan_new(T0, &Wide, 0, false, NO_LIMIT) else { panic!("a frame") };
         assert!(both > 500 && t.queued_messages() == 0, "without a reserve the second fits too");
-        assert_eq!(t.plan_new(T0, &Wide, 0, false), Plan::NoFrame, "nothing left");
+        assert_eq!(t.plan_new(T0, &Wide, 0, false, NO_LIMIT), Plan::NoFrame, "nothing left");
         t.enqueue(Priority::High, message(0, 3, SendMode::Reliable, 10));
-        assert_eq!(t.plan_new(T0, &Wide, 0, true), Plan::NoFrame, "urgent frames take unreliable data only");
+        assert_eq!(t.plan_new(T0, &Wide, 0, true, NO_LIMIT), Plan::NoFrame, "urgent frames take unreliable data only");
     }
 
     #[test]
@@ -735,9 +781,9 @@ mod tests {
         let mut t = Transfer::new(cfg(1200), 0, 0);
         t.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 100));
         t.enqueue(Priority::High, message(0, 2, SendMode::Reliable, 200));
-        let Plan::New { id, len } = t.plan_new(T0, &Wide, 0, false) else { panic!("a frame") };
+        let Plan::New { id, len } = t.plan_new(T0, &Wide, 0, false, NO_LIMIT) else { panic!("a frame") };
         let range = t.inflight.get(id).map(Frame::msgs).unwrap_or_default();
-        assert_eq!(t.plan_resend(id, &range, &Wide), Plan::Resend { id, len });
+        assert_eq!(t.plan_resend(id, &range, &Wide, NO_LIMIT), Plan::Resend { id, len });
         assert_eq!(t.queued_messages(), 0, "at the size in use, nothing goes back to the queue");
     }
 
@@ -746,12 +792,14 @@ mod tests {
         let mut t = Transfer::new(cfg(1200), 0, 0);
         t.enqueue(Priority::High, message(0, 1, SendMode::Reliable, 500));
         t.enqueue(Priority::High, message(0, 2, SendMode::Reliable, 500));
-        let Plan::New { id, len } = t.plan_new(T0, &Wide, 0, false) else { panic!("a frame") };
+        let Plan::New { id, len } = t.plan_new(T0, &Wide, 0, false, NO_LIMIT) else { panic!("a frame") };
         assert!(len > 1000, "both messages in one frame");
         // The path stopped carrying the size the frame was cut for (a black hole).
         t.pmtu = Discovery::new(600, 600);
         let range = t.inflight.get(id).map(Frame::msgs).unwrap_or_default();
-        let Plan::Resend { id: again, len: cut } = t.plan_resend(id, &range, &Wide) else { panic!("a resend") };
+        let Plan::Resend { id: again, len: cut } = t.plan_resend(id, &range, &Wide, NO_LIMIT) else {
+            panic!("a resend")
+        };
         assert_eq!(again, id);
         assert!(cut <= 600 - FRAME_OVERHEAD_MAX && cut > 500, "the first message alone: {cut}");
         assert_eq!(t.queued_messages(), 1, "the second goes back to the queue, for a frame of its own");
@@ -839,17 +887,17 @@ mod tests {
         let whole = bytes(3, 1380);
         t.enqueue(Priority::High, OutMessage { payload: whole.clone(), ..message(0, 1, SendMode::Reliable, 0) });
         t.enqueue(Priority::High, message(0, 2, SendMode::Reliable, 30));
-        let Plan::New { id, .. } = t.plan_new(T0, &Wide, 0, false) else { panic!("a frame") };
+        let Plan::New { id, .. } = t.plan_new(T0, &Wide, 0, false, NO_LIMIT) else { panic!("a frame") };
         assert_eq!(t.queued_messages(), 0, "both in one frame of 1,452 bytes");
         // The path stopped carrying it: a black hole, back to the negotiated size.
         t.pmtu = Discovery::new(1200, 1200);
         let range = t.inflight.get(id).map(Frame::msgs).unwrap_or_default();
-        let Plan::Resend { id: again, len } = t.plan_resend(id, &range, &Wide) else { panic!("a resend") };
+        let Plan::Resend { id: again, len } = t.plan_resend(id, &range, &Wide, NO_LIMIT) else { panic!("a resend") };
         assert!(again == id && len <= 1200 - FRAME_OVERHEAD_MAX, "the resend fits: {len}");
         assert_eq!(t.stats.messages_cut, 1);
         let mut pieces: Vec<(u32, Fragment, Bytes)> = Vec::new();
         let mut frames = vec![id];
-        while let Plan::New { id, .. } = t.plan_new(T0, &Wide, 0, false) {
+        while let Plan::New { id, .. } = t.plan_new(T0, &Wide, 0, false, NO_LIMIT) {
             frames.push(id);
         }
         for f in frames {
@@ -859,6 +907,47 @@ mod tests {
         assert_eq!(tile(&pieces, 1, granule), whole);
         assert_eq!(pieces.iter().filter(|p| p.0 == 1).map(|p| p.2.len()).collect::<Vec<_>>(), [1168, 212]);
         assert_eq!(pieces.iter().filter(|p| p.0 == 2).count(), 1, "the small packet once");
+    }
+
+    #[test]
+    fn under_a_limit_a_datagram_fits_it_and_what_does_not_fit_waits() {
+        let (mut a, mut b, _) = b_owing_an_ack();
+        let mut out = BytesMut::new();
+        // Acknowledgements alone: none below what their datagram takes, then within it.
+        assert_eq!(b.poll_datagram_within(T0, key(), &Wide, FRAME_OVERHEAD_MAX, &mut out), None);
+        let n = b.poll_datagram_within(T0, key(), &Wide, FRAME_OVERHEAD_MAX + 8, &mut out).expect("the ack"); // ok: test
+        assert!(n <= FRAME_OVERHEAD_MAX + 8, "{n} bytes");
+        let ack = out.split_to(n);
+        let data = Data::decode(&ack, key(), &Exp(&a)).expect("valid"); // ok: test
+        assert!(data.ack_largest().is_some() && data.frame_id.is_none());
+        deliver(&mut a, T0, key(), &ack);
+        assert_eq!(a.inflight.outstanding(), 0, "the first frame is acknowledged");
+        // A lost frame of 300 bytes, newer data queued, discovery wanting a probe: a limit
+        // below the resend sends neither the resend nor anything newer, and no probe.
+        a.enqueue(Priority::High, message(0, 2, SendMode::Reliable, 300));
+        assert_eq!(flush(&mut a, T0, key()).len(), 1);
+        a.on_path_change(T0 + MS);
+        a.enqueue(Priority::High, message(0, 3, SendMode::Reliable, 10));
+        a.pmtu = Discovery::new(1200, 1452);
+        assert!(a.pmtu.wanted().is_some());
+        let sent = a.stats.datagrams_sent;
+        let limit = 200;
+        while let Some(n) = a.poll_datagram_within(T0 + MS, key(), &Wide, limit, &mut out) {
+            assert!(n <= limit, "{n} bytes within {limit}");
+            out.clear();
+        }
+        assert_eq!(
+            (a.stats.frames_resent, a.queued_messages()),
+            (0, 1),
+            "the resend waits, and the new message behind it"
+        );
+        assert!(a.stats.datagrams_sent - sent <= 1, "an acknowledgement or a keepalive at most");
+        assert!(a.pmtu.wanted().is_some(), "no probe went");
+        // The limit grows: the resend goes first, then the new frame.
+        let n = a.poll_datagram_within(T0 + MS, key(), &Wide, 400, &mut out).expect("the resend"); // ok: test
+        assert!(n <= 400 && a.stats.frames_resent == 1 && a.queued_messages() == 1, "{n} bytes");
+        assert!(a.poll_datagram_within(T0 + MS, key(), &Wide, 400, &mut out).is_some());
+        assert_eq!(a.queued_messages(), 0);
     }
 
     #[test]
@@ -879,7 +968,7 @@ mod tests {
         let (a, mut b, k) = b_owing_an_ack();
         b.ping.on_ping(5, T0, false);
         let mut ranges = SmallVec::new();
-        let section = b.ack_section(T0, true, &mut ranges);
+        let section = b.ack_section(T0, true, NO_LIMIT, &mut ranges);
         let mut out = BytesMut::new();
         let parts = Parts { plan: Plan::NoFrame, acks: &ranges, ack_delay: section.delay, keepalive: true };
         let written = b.write(T0, key(), &Wide, parts, &mut out);

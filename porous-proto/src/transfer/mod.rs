@@ -380,6 +380,12 @@ impl Transfer {
         self.queues.is_empty() && self.inflight.outstanding() == 0
     }
 
+    /// One past the newest frame received: it changes only when a frame newer than every
+    /// other arrives.
+    pub(crate) fn newest_received(&self) -> u32 {
+        self.receiver.base()
+    }
+
     /// The references truncated frame ids expand around: one past the newest frame
     /// received, and the next frame id to send (fuzzing forges datagrams with them).
     #[cfg(feature = "arbitrary")]
