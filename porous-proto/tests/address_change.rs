@@ -322,11 +322,16 @@ fn quickcheck_rebinding_over_seeds() {
 /// A connected client behind a NAT and the server, 50 ms apart, the tap on; the client's
 /// public address.
 fn connected(mode: Mode, seed: u64) -> (Network, PeerId, PeerId, SocketAddr) {
+    connected_with(mode, seed, HostConfig::default())
+}
+
+/// [`connected`], both hosts configured with `config`.
+fn connected_with(mode: Mode, seed: u64, config: HostConfig) -> (Network, PeerId, PeerId, SocketAddr) {
     let mut net = Network::new(seed);
     net.set_default_link(LinkConditions::perfect(25 * MS));
     let start = net.now();
-    net.add_host(server(), mode.server(HostConfig::default(), server(), start)).unwrap();
-    net.add_host(client(), mode.client(HostConfig::default())).unwrap();
+    net.add_host(server(), mode.server(config.clone(), server(), start)).unwrap();
+    net.add_host(client(), mode.client(config)).unwrap();
     net.set_nat(client(), Some(Nat::new(public_ip(), NatKind::AddressDependent)));
     net.enable_tap();
     let token = mode.token(seed, server(), Duration::ZERO, Duration::from_secs(10));
@@ -505,6 +510,119 @@ fn copies_raced_from_a_third_address_hold_the_data_for_two_resend_timeouts_at_mo
         let (sent, got) = tapped_bytes(&records, third);
         assert!(sent <= got, "{mode:?}: {sent} B to the third address for {got} B from it");
         stays_at(&mut net, (c, s), public, mode);
+    }
+}
+
+/// The copies raced from two addresses of the client's IP in turn: each replaces the
+/// other as the address being validated, and that ends a routing as its timeout does, so
+/// the data is held once, not at every switch.
+#[test]
+fn copies_raced_from_two_addresses_in_turn_hold_the_data_once() {
+    for (mode, n) in [(Mode::Plain, 1), (Mode::Plain, 2), (Mode::Secure, 1), (Mode::Secure, 2)] {
+        let (mut net, c, s, public) = connected(mode, 5);
+        exchange(&mut net, (c, s), 200 * MS);
+        let thirds =
+            [SocketAddr::new(public.ip(), public.port() + 100), SocketAddr::new(public.ip(), public.port() + 101)];
+        for t in thirds {
+            net.set_link(t, server(), LinkConditions::perfect(5 * MS));
+        }
+        net.drain_tap().for_each(drop);
+        let mut raced = 0usize;
+        let mut delivered: Vec<Duration> = Vec::new();
+        for i in 0..150u32 {
+            net.host_mut(client()).send(c, 0, Bytes::from(i.to_le_bytes().to_vec()), SendMode::Reliable).unwrap();
+            net.host_mut(server()).send(s, 0, Bytes::from(i.to_le_bytes().to_vec()), SendMode::Reliable).unwrap();
+            net.run_for(10 * MS, |net| {
+                let t = net.elapsed();
+                while let Some(e) = net.poll_event(client()) {
+                    if matches!(e, Event::Received { ref data, .. } if data.len() == 4) {
+                        delivered.push(t);
+                    }
+                }
+                while net.poll_event(server()).is_some() {}
+            });
+            for r in net.drain_tap().collect::<Vec<_>>() {
+                if r.from == public && r.payload[0] & 0xC0 == 0x40 {
+                    net.inject(thirds[raced % n], server(), r.payload.clone());
+                    raced += 1;
+                }
+            }
+        }
+        net.run_for(500 * MS, |net| {
+            let t = net.elapsed();
+            while let Some(e) = net.poll_event(client()) {
+                if matches!(e, Event::Received { ref data, .. } if data.len() == 4) {
+                    delivered.push(t);
+                }
+            }
+        });
+        assert_eq!(delivered.len(), 150, "{mode:?}, {n} addresses: every message");
+        // A message every 10 ms over a 50 ms round trip: a gap over 60 ms is the data held.
+        let holds = delivered.windows(2).filter(|w| w[1] - w[0] > 60 * MS).count();
+        assert!(holds <= 1, "{mode:?}, {n} addresses: the data held {holds} times");
+    }
+}
+
+/// Bytes sent to `addr` less bytes received from it, at its worst at any instant before
+/// `until`.
+fn worst_excess(records: &[porous_proto::sim::TapRecord], addr: SocketAddr, until: Duration) -> i64 {
+    let mut moves: Vec<(Duration, u8, i64)> = Vec::new();
+    for r in records {
+        if r.from == server() && r.to == addr && r.sent < until {
+            moves.push((r.sent, 1, r.payload.len() as i64));
+        }
+        if r.from == addr
+            && r.to == server()
+            && let Fate::Delivered(at) = r.fate
+            && at <= until
+        {
+            moves.push((at, 0, -(r.payload.len() as i64)));
+        }
+    }
+    moves.sort();
+    let (mut balance, mut worst) = (0i64, i64::MIN);
+    for (_, _, d) in moves {
+        balance += d;
+        worst = worst.max(balance);
+    }
+    worst
+}
+
+/// Path MTU discovery found 1,452 bytes and starts over at the base when the connection's
+/// datagrams turn to the rebound port; the search's probe (larger than the base) does not
+/// go there before the port is validated, even when what came from there would nearly pay
+/// for it, and nothing sent there exceeds at any instant what came from there.
+#[test]
+fn a_routed_address_gets_no_path_mtu_probe_and_never_more_than_it_sent() {
+    for mode in Mode::BOTH {
+        let mut config = HostConfig::default();
+        config.peer.max_mtu = 1452;
+        let (mut net, c, s, _) = connected_with(mode, 8, config);
+        exchange(&mut net, (c, s), 500 * MS);
+        assert_eq!(net.host(server()).peer_stats(s).unwrap().mtu, 1452, "{mode:?}: found before the rebinding");
+        net.drain_tap().for_each(drop);
+        net.rebind(client());
+        // A datagram of about 1,250 bytes from the new port: between the base and the probe.
+        net.host_mut(client()).send(c, 0, Bytes::from(vec![7u8; 1215]), SendMode::Reliable).unwrap();
+        let mut moved_at = None;
+        net.run_for(300 * MS, |net| {
+            while let Some(e) = net.poll_event(server()) {
+                if let Event::AddressChanged { .. } = e {
+                    moved_at.get_or_insert(net.elapsed());
+                }
+            }
+        });
+        let records: Vec<_> = net.drain_tap().collect();
+        let new = net.nat_addr(client(), server()).unwrap();
+        let until = moved_at.expect("moved");
+        let before: Vec<usize> = records
+            .iter()
+            .filter(|r| r.from == server() && r.to == new && r.sent < until)
+            .map(|r| r.payload.len())
+            .collect();
+        let worst = worst_excess(&records, new, until);
+        assert!(worst <= 0, "{mode:?}: {worst} B more sent to the new address than came from it");
+        assert!(before.iter().all(|&n| n <= 1200), "{mode:?}: a probe went before validation: {before:?}");
     }
 }
 

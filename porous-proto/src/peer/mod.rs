@@ -818,6 +818,12 @@ impl Peer {
         out: &mut Outputs,
     ) -> Result<(), wire::DecodeError> {
         let probing = matches!(input, Input::Control(Control::PathChallenge { .. } | Control::PathResponse { .. }));
+        if !probing && self.probe().is_some_and(|p| p.addr != from) {
+            // Another address replaces the probe: a routing to the old one ends (and pauses
+            // routing) as any other, or copies raced from two addresses in turn would hold
+            // the data again at each.
+            self.unroute(now);
+        }
         let path = self.path.get_or_insert_with(Box::default);
         if !probing && path.probe.as_ref().is_none_or(|p| p.addr != from) {
             path.probe = Some(Probe::new(from, fresh()));

@@ -11,8 +11,8 @@
 //!   mapping, and the old address likely receives nothing now): then its datagrams are
 //!   *routed* to the probed address, as many bytes as came from there (less a challenge's
 //!   room), and what does not fit waits for more. A routed probe left unanswered for two
-//!   resend timeouts, or the newest frames arriving from the validated address again,
-//!   ends the routing, and no probe routes for [`ROUTE_PAUSE`] after: a copy raced from
+//!   resend timeouts or replaced by another address, or the newest frames arriving from
+//!   the validated address again, ends the routing, and no probe routes for [`ROUTE_PAUSE`] after: a copy raced from
 //!   another address by an on-path attacker holds the connection's data that long once.
 //! - A datagram from an IP the host knows no peer of gets an *unknown path* answer with a
 //!   [`PathCookies`] cookie bound to that address and the time; the remote answers a

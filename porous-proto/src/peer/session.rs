@@ -194,7 +194,8 @@ impl Session {
                 None => self.send_key.key(),
             };
             // The key's extra bytes ride beyond what the transfer layer counts.
-            let left = usize::try_from(limit - sent).unwrap_or(usize::MAX).saturating_sub(key.extra_len());
+            let left =
+                usize::try_from(limit.saturating_sub(sent)).unwrap_or(usize::MAX).saturating_sub(key.extra_len());
             let Some(mut n) = self.transfer.poll_datagram_within(now, key, &self.channels, left, out) else { break };
             if let Some((cipher, counter)) = &mut sealing {
                 let tag = out.get_mut(..n).map(|d| cipher.seal_datagram(**counter, d));

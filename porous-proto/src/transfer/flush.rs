@@ -185,7 +185,9 @@ impl Transfer {
             self.pacer.refill(now, rate, pacing::depth(rate, self.rtt.step(), self.mtu));
         }
         self.pacing_wait = None;
-        if size == self.pmtu.current()
+        // A limit below the largest size discovery may try lets no probe go: a probe is
+        // larger than the size in use, and the limit's address is not the path to learn.
+        if limit >= self.pmtu.ceiling()
             && let Some(len) = self.send_mtu_probe(now, key, rate.is_some(), out)
         {
             return Some(len);
