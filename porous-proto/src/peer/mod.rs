@@ -1263,6 +1263,26 @@ impl Peer {
     /// Sends what the connection has to send: to its address, or to the probe it is
     /// routed to within what the probe's address may still get.
     fn flush(&mut self, now: Time, out: &mut Outputs) {
+        if self.path.as_ref().is_some_and(|p| p.routed().is_some()) {
+            return self.flush_routed(now, out);
+        }
+        // Not routed (the common case): to the peer's address, without a limit.
+        let Self { state, remote, .. } = self;
+        let (State::Connected { session, conn, .. }
+        | State::Disconnecting { closing: Closing::Flushing { session, .. }, conn, .. }
+        | State::Disconnecting { closing: Closing::Requesting { session: Some(session), .. }, conn, .. }) = state
+        else {
+            return;
+        };
+        let (arena, emit) = out.datagrams(*remote);
+        session.flush(now, arena, conn.sealing(), emit);
+    }
+
+    /// [`Peer::flush`] while routed to a probe: the routing ends at its deadline, else the
+    /// datagrams go to the probe within its allowance.
+    #[cold]
+    #[inline(never)]
+    fn flush_routed(&mut self, now: Time, out: &mut Outputs) {
         if self.route_deadline().is_some_and(|t| now >= t) {
             self.unroute(now);
         }
@@ -1277,7 +1297,7 @@ impl Peer {
         let routed = path.as_mut().and_then(|p| p.probe.as_mut()).filter(|p| p.routed.is_some());
         let (to, limit) = routed.as_ref().map_or((*remote, u64::MAX), |p| (p.addr, p.allowance(challenge)));
         let (arena, emit) = out.datagrams(to);
-        let sent = session.flush(now, arena, conn.sealing(), limit, emit);
+        let sent = session.flush_within(now, arena, conn.sealing(), limit, emit);
         if let Some(p) = routed {
             p.sent += sent;
         }
@@ -1378,16 +1398,26 @@ impl Peer {
         // No "send now" row: this runs right after a flush that sent all it could; new
         // chances come as input (which marks the peer) or as these timers.
         let route_deadline = self.route_deadline();
-        // Routed to an address not yet validated, what is due and did not go waits for
-        // bytes from there (input) or the routing's end, not for a timer.
-        let ahead = |at: Option<Time>| at.filter(|&at| route_deadline.is_none() || at > now);
         if let Some(s) = session {
-            t.set(Timer::Loss, ahead(s.transfer.loss_deadline()));
-            t.set(Timer::Ping, ahead(s.transfer.ping_deadline()));
-            t.set(Timer::Pacing, ahead(s.transfer.pacing_deadline()));
-            t.set(Timer::Probe, ahead(s.transfer.probe_deadline()));
-            t.set(Timer::Ack, ahead(s.transfer.ack_deadline()));
-            t.set(Timer::Mtu, ahead(s.transfer.mtu_deadline()));
+            let s = &s.transfer;
+            let mut rows = [
+                (Timer::Loss, s.loss_deadline()),
+                (Timer::Ping, s.ping_deadline()),
+                (Timer::Pacing, s.pacing_deadline()),
+                (Timer::Probe, s.probe_deadline()),
+                (Timer::Ack, s.ack_deadline()),
+                (Timer::Mtu, s.mtu_deadline()),
+            ];
+            if route_deadline.is_some() {
+                // Routed to an address not yet validated, what is due and did not go waits
+                // for bytes from there (input) or the routing's end, not for a timer.
+                for (_, at) in &mut rows {
+                    *at = at.filter(|&at| at > now);
+                }
+            }
+            for (timer, at) in rows {
+                t.set(timer, at);
+            }
         }
         t.set(Timer::Path, route_deadline);
         t.next()

@@ -173,15 +173,40 @@ impl Session {
         self.channels.receive(msgs, &admission, datagram, &mut self.transfer, deliver);
     }
 
-    /// Runs timers and writes every datagram the windows allow now, `limit` bytes in all at
-    /// most: checked with the session's key, or in secure mode sealed with `sealing`'s
-    /// cipher, each with the next value of its counter. Returns the bytes written.
+    /// Runs timers and writes every datagram the windows allow now: checked with the
+    /// session's key, or in secure mode sealed with `sealing`'s cipher, each with the next
+    /// value of its counter.
     pub(crate) fn flush(
         &mut self,
         now: Time,
         arena: &mut Arena,
-        mut sealing: Option<(&AeadKey, &mut u64)>,
+        sealing: Option<(&AeadKey, &mut u64)>,
+        emit: impl FnMut(Bytes),
+    ) {
+        self.flush_up_to(now, arena, sealing, None, emit);
+    }
+
+    /// [`Session::flush`] of `limit` bytes in all at most. Returns the bytes written.
+    pub(crate) fn flush_within(
+        &mut self,
+        now: Time,
+        arena: &mut Arena,
+        sealing: Option<(&AeadKey, &mut u64)>,
         limit: u64,
+        emit: impl FnMut(Bytes),
+    ) -> u64 {
+        self.flush_up_to(now, arena, sealing, Some(limit), emit)
+    }
+
+    /// The body of both flushes: without a limit (the common case) none of its arithmetic
+    /// is compiled in.
+    #[inline(always)]
+    fn flush_up_to(
+        &mut self,
+        now: Time,
+        arena: &mut Arena,
+        mut sealing: Option<(&AeadKey, &mut u64)>,
+        limit: Option<u64>,
         mut emit: impl FnMut(Bytes),
     ) -> u64 {
         self.transfer.on_timeout(now);
@@ -194,9 +219,16 @@ impl Session {
                 None => self.send_key.key(),
             };
             // The key's extra bytes ride beyond what the transfer layer counts.
-            let left =
-                usize::try_from(limit.saturating_sub(sent)).unwrap_or(usize::MAX).saturating_sub(key.extra_len());
-            let Some(mut n) = self.transfer.poll_datagram_within(now, key, &self.channels, left, out) else { break };
+            let polled = match limit {
+                None => self.transfer.poll_datagram(now, key, &self.channels, out),
+                Some(limit) => {
+                    let left = usize::try_from(limit.saturating_sub(sent))
+                        .unwrap_or(usize::MAX)
+                        .saturating_sub(key.extra_len());
+                    self.transfer.poll_datagram_within(now, key, &self.channels, left, out)
+                }
+            };
+            let Some(mut n) = polled else { break };
             if let Some((cipher, counter)) = &mut sealing {
                 let tag = out.get_mut(..n).map(|d| cipher.seal_datagram(**counter, d));
                 out.extend_from_slice(&tag.unwrap_or_default());
@@ -204,7 +236,7 @@ impl Session {
                 **counter += 1;
             }
             sent += n as u64;
-            debug_assert!(sent <= limit, "{sent} bytes sent within a limit of {limit}");
+            debug_assert!(limit.is_none_or(|limit| sent <= limit), "{sent} bytes sent within a limit of {limit:?}");
             emit(out.split_to(n).freeze());
         }
         sent

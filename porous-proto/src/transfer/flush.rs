@@ -154,7 +154,6 @@ impl Transfer {
 
     /// Writes the next datagram of this flush into `out`, returning its length, or `None`
     /// when there is nothing (more) to send now.
-    #[cfg(test)]
     pub(crate) fn poll_datagram<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         now: Time,
@@ -162,7 +161,8 @@ impl Transfer {
         ids: &impl IdPolicy,
         out: &mut B,
     ) -> Option<usize> {
-        self.poll_datagram_within(now, key, ids, usize::MAX, out)
+        // The common case: the limit's checks fold away.
+        self.datagram_within(now, key, ids, usize::MAX, out)
     }
 
     /// [`Transfer::poll_datagram`] for a datagram of at most `limit` bytes before the
@@ -171,6 +171,22 @@ impl Transfer {
     /// resent once the limit allows (nothing newer goes before it), queued messages stay
     /// queued, and no path MTU probe goes.
     pub(crate) fn poll_datagram_within<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
+        &mut self,
+        now: Time,
+        key: Key,
+        ids: &impl IdPolicy,
+        limit: usize,
+        out: &mut B,
+    ) -> Option<usize> {
+        self.datagram_within(now, key, ids, limit, out)
+    }
+
+    /// The body of [`Transfer::poll_datagram_within`], inlined into both entry points so
+    /// that without a limit (the common case) its checks fold away. The steps it calls are
+    /// inlined too (`#[inline(always)]`): with two callers the compiler would call them
+    /// instead, which costs the common case more than the checks did.
+    #[inline(always)]
+    fn datagram_within<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         now: Time,
         key: Key,
@@ -248,6 +264,7 @@ impl Transfer {
 
     /// Gathers into `ranges` the acknowledgement ranges to send, newest first: when some
     /// are due, or repeats are left to send. They fit a datagram of `size` alone.
+    #[inline(always)]
     fn ack_section(
         &self,
         now: Time,
@@ -271,6 +288,7 @@ impl Transfer {
     /// Chooses the datagram's frame: a lost frame's resend first, else a new frame from
     /// the queues, either only where the pacer lets it go, in a datagram of `size`. A new
     /// frame leaves `reserve` bytes for the due acknowledgements.
+    #[inline(always)]
     fn choose_frame(&mut self, now: Time, ids: &impl IdPolicy, rate: Option<u64>, reserve: usize, size: usize) -> Plan {
         let resend =
             self.inflight.first_resendable(self.cc.window()).filter(|_| self.may_transmit()).map(|f| (f.id, f.msgs()));
@@ -304,6 +322,7 @@ impl Transfer {
 
     /// Resends lost frame `id` (its messages at `range`), cut to the size in use; none
     /// when it does not fit a `size` below that (a limit that grows soon).
+    #[inline(always)]
     fn plan_resend(&mut self, id: u32, range: &Range<u64>, ids: &impl IdPolicy, size: usize) -> Plan {
         let room = self.pmtu.current() - FRAME_OVERHEAD_MAX;
         let mut len = self.messages_len(range, ids);
@@ -322,6 +341,7 @@ impl Transfer {
     /// Assembles a new frame (of unreliable data only, when `urgent`) inside the room a
     /// datagram of `size`, the `reserve` for due acknowledgements and the congestion
     /// window leave. Messages are cut (and checked for a resend) at the size in use.
+    #[inline(always)]
     fn plan_new(&mut self, now: Time, ids: &impl IdPolicy, reserve: usize, urgent: bool, size: usize) -> Plan {
         let room = self.pmtu.current() - FRAME_OVERHEAD_MAX;
         let window = self.cc.window().saturating_sub(self.inflight.flight() + FRAME_BASE);
@@ -351,6 +371,7 @@ impl Transfer {
 
     /// Writes the datagram: its header (the frame id, a ping when one is due, the echo
     /// owed, the acknowledgement ranges and their delay), then the frame's messages.
+    #[inline(always)]
     fn write<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         now: Time,
@@ -391,6 +412,7 @@ impl Transfer {
     /// Books a datagram written: the ranges and echo it carried, its frame as sent or
     /// resent (its time, the pacer's budget, the resend timeout's hold), the counters, and
     /// the repair credit it earns.
+    #[inline(always)]
     fn record(&mut self, now: Time, w: Written, acks_due: bool) {
         if w.ranges > 0 || acks_due {
             self.receiver.sent(w.ranges);
@@ -434,6 +456,7 @@ impl Transfer {
     /// Sends a path MTU probe when one is due and the congestion window (and the pacer,
     /// when it paces) has room for all of it: a ping padded to the size tried, no frame, so
     /// it is never resent and its loss is no drop the congestion controller hears of.
+    #[inline(always)]
     fn send_mtu_probe<B: BufMut + AsRef<[u8]> + AsMut<[u8]>>(
         &mut self,
         now: Time,
