@@ -734,24 +734,7 @@ fn forged_unknown_paths_cost_one_moved_a_round_trip_and_move_nothing() {
 fn path_mtu_discovery_starts_over_after_a_move() {
     let mut config = HostConfig::default();
     config.peer.max_mtu = 1452;
-    let mut net = Network::new(7);
-    net.set_default_link(LinkConditions::perfect(25 * MS));
-    let start = net.now();
-    net.add_host(server(), Mode::Plain.server(config.clone(), server(), start)).unwrap();
-    net.add_host(client(), Mode::Plain.client(config)).unwrap();
-    net.set_nat(client(), Some(Nat::new(public_ip(), NatKind::AddressDependent)));
-    let now = net.now();
-    let c = net.host_mut(client()).connect(now, server()).unwrap();
-    let mut s = None;
-    assert!(net.run_until(Duration::from_secs(2), |net| {
-        while let Some(e) = net.poll_event(server()) {
-            if let Event::Connected { peer, .. } = e {
-                s = Some(peer);
-            }
-        }
-        s.is_some()
-    }));
-    let s = s.unwrap();
+    let (mut net, c, s, _) = connected_with(Mode::Plain, 7, config);
     exchange(&mut net, (c, s), 500 * MS);
     let mtu = |net: &Network| net.host(server()).peer_stats(s).unwrap().mtu;
     let probes = |net: &Network| net.host(server()).peer_stats(s).unwrap().transfer.mtu_probes;
